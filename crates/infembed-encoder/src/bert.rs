@@ -1,0 +1,306 @@
+//! The BERT family backbone (BERT, MiniLM, e5, bge, gte): absolute position embeddings,
+//! post-norm transformer layers with exact (erf) GELU.
+
+use std::path::Path;
+
+use burn::nn::{
+    Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear,
+    LinearConfig,
+};
+use burn::prelude::*;
+use burn::tensor::activation::gelu;
+use serde::{Deserialize, Serialize};
+
+use crate::attention::{attend, key_padding_mask, merge_heads, split_heads};
+use crate::backbone::BackboneInput;
+use crate::error::{Error, Result};
+use crate::weights;
+
+/// Hyper-parameters of a BERT checkpoint, as in its Hugging Face `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BertConfig {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Width of the hidden states.
+    pub hidden_size: usize,
+    /// Number of transformer layers.
+    pub num_hidden_layers: usize,
+    /// Number of attention heads (must divide `hidden_size`).
+    pub num_attention_heads: usize,
+    /// Width of the feed-forward layer.
+    pub intermediate_size: usize,
+    /// Activation of the feed-forward layer (only `gelu`, the exact erf form, is supported).
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    /// Number of position embeddings (the longest input).
+    pub max_position_embeddings: usize,
+    /// Number of token types (segments).
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    /// Epsilon of every LayerNorm (1e-12 for BERT).
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    /// Id of the padding token.
+    #[serde(default)]
+    pub pad_token_id: Option<u32>,
+    /// Dropout on hidden states (training only).
+    #[serde(default)]
+    pub hidden_dropout_prob: f64,
+    /// Position embedding kind; only `absolute` is supported.
+    #[serde(default = "default_pos")]
+    pub position_embedding_type: String,
+}
+
+fn default_act() -> String {
+    "gelu".into()
+}
+fn default_type_vocab() -> usize {
+    2
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_pos() -> String {
+    "absolute".into()
+}
+
+impl BertConfig {
+    /// Rejects configurations this implementation cannot run, naming the field.
+    pub(crate) fn validate(&self, path: &Path) -> Result<()> {
+        if self.hidden_act != "gelu" {
+            return Err(Error::config(
+                path,
+                "hidden_act",
+                format!("`{}` is not supported (only `gelu`)", self.hidden_act),
+            ));
+        }
+        if self.position_embedding_type != "absolute" {
+            return Err(Error::config(
+                path,
+                "position_embedding_type",
+                format!(
+                    "`{}` is not supported (only `absolute`)",
+                    self.position_embedding_type
+                ),
+            ));
+        }
+        if self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
+            return Err(Error::config(
+                path,
+                "num_attention_heads",
+                "must be positive and divide hidden_size",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A randomly initialized model of this shape (`with_pooler` adds the pooler dense layer).
+    pub fn init(&self, with_pooler: bool, device: &Device) -> BertModel {
+        let d = self.hidden_size;
+        let ln = || {
+            LayerNormConfig::new(d)
+                .with_epsilon(self.layer_norm_eps)
+                .init(device)
+        };
+        let drop = || DropoutConfig::new(self.hidden_dropout_prob).init();
+        let lin = |i, o| LinearConfig::new(i, o).init(device);
+        BertModel {
+            embeddings: BertEmbeddings {
+                word_embeddings: EmbeddingConfig::new(self.vocab_size, d).init(device),
+                position_embeddings: EmbeddingConfig::new(self.max_position_embeddings, d)
+                    .init(device),
+                token_type_embeddings: EmbeddingConfig::new(self.type_vocab_size, d).init(device),
+                layer_norm: ln(),
+                dropout: drop(),
+            },
+            encoder: BertEncoder {
+                layer: (0..self.num_hidden_layers)
+                    .map(|_| BertLayer {
+                        attention: BertAttention {
+                            self_attn: BertSelfAttention {
+                                query: lin(d, d),
+                                key: lin(d, d),
+                                value: lin(d, d),
+                                heads: self.num_attention_heads,
+                            },
+                            output: BertResidualOutput {
+                                dense: lin(d, d),
+                                layer_norm: ln(),
+                                dropout: drop(),
+                            },
+                        },
+                        intermediate: BertIntermediate {
+                            dense: lin(d, self.intermediate_size),
+                        },
+                        output: BertResidualOutput {
+                            dense: lin(self.intermediate_size, d),
+                            layer_norm: ln(),
+                            dropout: drop(),
+                        },
+                    })
+                    .collect(),
+            },
+            pooler: with_pooler.then(|| BertPooler { dense: lin(d, d) }),
+        }
+    }
+
+    /// Builds the model and loads `model.safetensors` from `dir` (keys with or without the
+    /// `bert.` prefix of task heads are accepted).
+    pub fn load(&self, dir: &Path, device: &Device) -> Result<BertModel> {
+        let path = dir.join("model.safetensors");
+        let names = weights::tensor_names(&path)?;
+        let prefixed = names.iter().any(|n| n.starts_with("bert."));
+        let with_pooler = names
+            .iter()
+            .any(|n| n == "pooler.dense.weight" || n == "bert.pooler.dense.weight");
+        let mut model = self.init(with_pooler, device);
+        let mut remaps: Vec<(&str, &str)> = LOAD_REMAPS.to_vec();
+        if prefixed {
+            remaps.insert(0, (r"^bert\.", ""));
+        }
+        weights::load_into(&mut model, &path, &remaps)?;
+        Ok(model)
+    }
+}
+
+/// File key -> module path rewrites.
+const LOAD_REMAPS: [(&str, &str); 2] = [
+    (r"\.LayerNorm\.", ".layer_norm."),
+    (r"\.attention\.self\.", ".attention.self_attn."),
+];
+/// Module path -> file key rewrites (inverse of [`LOAD_REMAPS`]).
+pub(crate) const SAVE_REMAPS: [(&str, &str); 2] = [
+    (r"\.layer_norm\.", ".LayerNorm."),
+    (r"\.attention\.self_attn\.", ".attention.self."),
+];
+
+/// A BERT encoder (no task head). Field names follow the Hugging Face keys.
+#[derive(Module, Debug)]
+pub struct BertModel {
+    /// Token, position and token-type embeddings.
+    pub embeddings: BertEmbeddings,
+    /// The transformer layers.
+    pub encoder: BertEncoder,
+    /// The pooler (tanh dense on the CLS state); kept only so saving preserves it, unused by
+    /// the sentence-embedding poolings.
+    pub pooler: Option<BertPooler>,
+}
+
+/// BERT's embedding block.
+#[derive(Module, Debug)]
+pub struct BertEmbeddings {
+    /// Word-piece embeddings `[vocab, d]`.
+    pub word_embeddings: Embedding,
+    /// Absolute position embeddings `[max_positions, d]`.
+    pub position_embeddings: Embedding,
+    /// Segment embeddings `[type_vocab, d]`.
+    pub token_type_embeddings: Embedding,
+    /// LayerNorm after the sum.
+    pub layer_norm: LayerNorm,
+    /// Dropout (training only).
+    pub dropout: Dropout,
+}
+
+/// The stack of layers.
+#[derive(Module, Debug)]
+pub struct BertEncoder {
+    /// The layers, in order.
+    pub layer: Vec<BertLayer>,
+}
+
+/// One post-norm transformer layer.
+#[derive(Module, Debug)]
+pub struct BertLayer {
+    /// Self-attention with its residual output block.
+    pub attention: BertAttention,
+    /// First feed-forward projection.
+    pub intermediate: BertIntermediate,
+    /// Second feed-forward projection with residual and LayerNorm.
+    pub output: BertResidualOutput,
+}
+
+/// Self-attention and its output projection.
+#[derive(Module, Debug)]
+pub struct BertAttention {
+    /// Query/key/value projections (`attention.self` in Hugging Face keys).
+    pub self_attn: BertSelfAttention,
+    /// Output projection, residual, LayerNorm.
+    pub output: BertResidualOutput,
+}
+
+/// Query, key and value projections.
+#[derive(Module, Debug)]
+pub struct BertSelfAttention {
+    /// Query projection.
+    pub query: Linear,
+    /// Key projection.
+    pub key: Linear,
+    /// Value projection.
+    pub value: Linear,
+    /// Number of heads.
+    pub heads: usize,
+}
+
+/// `LayerNorm(dropout(dense(x)) + residual)`.
+#[derive(Module, Debug)]
+pub struct BertResidualOutput {
+    /// Projection.
+    pub dense: Linear,
+    /// LayerNorm.
+    pub layer_norm: LayerNorm,
+    /// Dropout (training only).
+    pub dropout: Dropout,
+}
+
+/// Feed-forward expansion with GELU.
+#[derive(Module, Debug)]
+pub struct BertIntermediate {
+    /// Projection to the intermediate width.
+    pub dense: Linear,
+}
+
+/// BERT's pooler head.
+#[derive(Module, Debug)]
+pub struct BertPooler {
+    /// Dense layer applied to the CLS state.
+    pub dense: Linear,
+}
+
+impl BertResidualOutput {
+    fn forward(&self, x: Tensor<3>, residual: Tensor<3>) -> Tensor<3> {
+        let x = self.dropout.forward(self.dense.forward(x));
+        self.layer_norm.forward(x + residual)
+    }
+}
+
+impl BertModel {
+    /// Hidden states of the last layer, `[B, L, d]`.
+    ///
+    /// Inputs are right-padded; padding keys are masked out of attention, so the states of
+    /// real tokens do not depend on how much padding follows them.
+    pub fn forward(&self, input: &BackboneInput) -> Tensor<3> {
+        let [_, l] = input.input_ids.dims();
+        let device = input.input_ids.device();
+        let positions = Tensor::<1, Int>::arange(0..l as i64, &device).unsqueeze::<2>();
+        let e = &self.embeddings;
+        let x = e.word_embeddings.forward(input.input_ids.clone())
+            + e.position_embeddings.forward(positions)
+            + e.token_type_embeddings
+                .forward(input.token_type_ids.clone());
+        let mut x = e.dropout.forward(e.layer_norm.forward(x));
+        let mask = key_padding_mask(input.padding.clone());
+        for layer in &self.encoder.layer {
+            let sa = &layer.attention.self_attn;
+            let q = split_heads(sa.query.forward(x.clone()), sa.heads);
+            let k = split_heads(sa.key.forward(x.clone()), sa.heads);
+            let v = split_heads(sa.value.forward(x.clone()), sa.heads);
+            let ctx = merge_heads(attend(q, k, v, mask.clone(), false));
+            let h = layer.attention.output.forward(ctx, x);
+            let inner = gelu(layer.intermediate.dense.forward(h.clone()));
+            x = layer.output.forward(inner, h);
+        }
+        x
+    }
+}

@@ -1,0 +1,294 @@
+//! Decoder-only backbones, Qwen2 and Llama: pre-norm RMSNorm layers, rotary position
+//! embeddings, grouped-query causal attention and a SwiGLU feed-forward.
+//!
+//! Inputs are left-padded so that the last position holds every row's last real token
+//! (last-token pooling, as the reference does). Positions run `0..L` over the padded row,
+//! as in `transformers` when no `position_ids` are given; rotary attention depends only on
+//! relative positions, so the shift caused by left padding does not change real tokens'
+//! states.
+
+use std::path::Path;
+
+use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig, RmsNorm, RmsNormConfig};
+use burn::prelude::*;
+use burn::tensor::activation::silu;
+use serde::{Deserialize, Serialize};
+
+use crate::attention::{attend, key_padding_mask, merge_heads, split_heads};
+use crate::backbone::BackboneInput;
+use crate::error::{Error, Result};
+use crate::rope::RopeTables;
+use crate::weights;
+
+/// Which decoder family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DecoderKind {
+    /// Qwen2 (biases on the q/k/v projections).
+    Qwen2,
+    /// Llama (biases per `attention_bias` / `mlp_bias`).
+    Llama,
+}
+
+/// Hyper-parameters of a Qwen2 / Llama checkpoint (`config.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecoderConfig {
+    /// `qwen2` or `llama`.
+    pub model_type: DecoderKind,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Width of the hidden states.
+    pub hidden_size: usize,
+    /// Number of layers.
+    pub num_hidden_layers: usize,
+    /// Query heads.
+    pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention); defaults to the query heads.
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    /// Width of one head; defaults to `hidden_size / num_attention_heads`.
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    /// Width of the SwiGLU layer.
+    pub intermediate_size: usize,
+    /// Activation (only `silu`).
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    /// Longest supported input.
+    pub max_position_embeddings: usize,
+    /// RMSNorm epsilon.
+    #[serde(default = "default_eps")]
+    pub rms_norm_eps: f64,
+    /// Rotary base (older configs).
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    /// Rotary parameters (newer configs: `{"rope_theta": .., "rope_type": "default"}`).
+    #[serde(default)]
+    pub rope_parameters: Option<serde_json::Value>,
+    /// Llama: bias on q/k/v/o.
+    #[serde(default)]
+    pub attention_bias: bool,
+    /// Llama: bias on the feed-forward projections.
+    #[serde(default)]
+    pub mlp_bias: bool,
+    /// Padding id, if any.
+    #[serde(default)]
+    pub pad_token_id: Option<u32>,
+    /// Qwen2: whether sliding-window attention is used (not supported).
+    #[serde(default)]
+    pub use_sliding_window: bool,
+}
+
+fn default_act() -> String {
+    "silu".into()
+}
+fn default_eps() -> f64 {
+    1e-6
+}
+
+impl DecoderConfig {
+    /// Key/value heads.
+    pub fn kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    /// Width of one head.
+    pub fn head_width(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// The rotary base from either config style (default 10000).
+    pub fn theta(&self) -> f64 {
+        self.rope_parameters
+            .as_ref()
+            .and_then(|v| v.get("rope_theta"))
+            .and_then(serde_json::Value::as_f64)
+            .or(self.rope_theta)
+            .unwrap_or(10_000.0)
+    }
+
+    pub(crate) fn validate(&self, path: &Path) -> Result<()> {
+        if self.hidden_act != "silu" {
+            return Err(Error::config(
+                path,
+                "hidden_act",
+                "only `silu` is supported",
+            ));
+        }
+        if self.use_sliding_window {
+            return Err(Error::config(
+                path,
+                "use_sliding_window",
+                "sliding-window attention is not supported",
+            ));
+        }
+        if let Some(kind) = self
+            .rope_parameters
+            .as_ref()
+            .and_then(|v| v.get("rope_type"))
+            .and_then(serde_json::Value::as_str)
+            && kind != "default"
+        {
+            return Err(Error::config(
+                path,
+                "rope_parameters.rope_type",
+                format!("`{kind}` is not supported (only `default`)"),
+            ));
+        }
+        let h = self.num_attention_heads;
+        if h == 0 || self.kv_heads() == 0 || !h.is_multiple_of(self.kv_heads()) {
+            return Err(Error::config(
+                path,
+                "num_key_value_heads",
+                "must be positive and divide num_attention_heads",
+            ));
+        }
+        if !self.head_width().is_multiple_of(2) {
+            return Err(Error::config(
+                path,
+                "head_dim",
+                "must be even for rotary embeddings",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A randomly initialized model of this shape.
+    pub fn init(&self, device: &Device) -> DecoderModel {
+        let d = self.hidden_size;
+        let dh = self.head_width();
+        let (qkv_bias, o_bias, mlp_bias) = match self.model_type {
+            DecoderKind::Qwen2 => (true, false, false),
+            DecoderKind::Llama => (self.attention_bias, self.attention_bias, self.mlp_bias),
+        };
+        let lin = |i, o, bias| LinearConfig::new(i, o).with_bias(bias).init(device);
+        let norm = || {
+            RmsNormConfig::new(d)
+                .with_epsilon(self.rms_norm_eps)
+                .init(device)
+        };
+        DecoderModel {
+            embed_tokens: EmbeddingConfig::new(self.vocab_size, d).init(device),
+            layers: (0..self.num_hidden_layers)
+                .map(|_| DecoderLayer {
+                    input_layernorm: norm(),
+                    self_attn: DecoderAttention {
+                        q_proj: lin(d, self.num_attention_heads * dh, qkv_bias),
+                        k_proj: lin(d, self.kv_heads() * dh, qkv_bias),
+                        v_proj: lin(d, self.kv_heads() * dh, qkv_bias),
+                        o_proj: lin(self.num_attention_heads * dh, d, o_bias),
+                        heads: self.num_attention_heads,
+                        kv_heads: self.kv_heads(),
+                    },
+                    post_attention_layernorm: norm(),
+                    mlp: SwiGlu {
+                        gate_proj: lin(d, self.intermediate_size, mlp_bias),
+                        up_proj: lin(d, self.intermediate_size, mlp_bias),
+                        down_proj: lin(self.intermediate_size, d, mlp_bias),
+                    },
+                })
+                .collect(),
+            norm: norm(),
+            head_dim: dh,
+            theta: self.theta(),
+        }
+    }
+
+    /// Builds the model and loads `dir/model.safetensors` (keys with or without the
+    /// `model.` prefix of causal-LM checkpoints; an `lm_head` is ignored).
+    pub fn load(&self, dir: &Path, device: &Device) -> Result<DecoderModel> {
+        let path = dir.join("model.safetensors");
+        let names = weights::tensor_names(&path)?;
+        let mut model = self.init(device);
+        let remaps: Vec<(&str, &str)> = if names.iter().any(|n| n.starts_with("model.")) {
+            vec![(r"^model\.", "")]
+        } else {
+            Vec::new()
+        };
+        weights::load_into(&mut model, &path, &remaps)?;
+        Ok(model)
+    }
+}
+
+/// A Qwen2 / Llama decoder without its LM head; field names follow Hugging Face keys.
+#[derive(Module, Debug)]
+pub struct DecoderModel {
+    /// Token embeddings.
+    pub embed_tokens: Embedding,
+    /// The layers.
+    pub layers: Vec<DecoderLayer>,
+    /// Final RMSNorm.
+    pub norm: RmsNorm,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Rotary base.
+    pub theta: f64,
+}
+
+/// One pre-norm decoder layer.
+#[derive(Module, Debug)]
+pub struct DecoderLayer {
+    /// Norm before attention.
+    pub input_layernorm: RmsNorm,
+    /// Grouped-query causal self-attention.
+    pub self_attn: DecoderAttention,
+    /// Norm before the feed-forward.
+    pub post_attention_layernorm: RmsNorm,
+    /// SwiGLU feed-forward.
+    pub mlp: SwiGlu,
+}
+
+/// Grouped-query attention projections.
+#[derive(Module, Debug)]
+pub struct DecoderAttention {
+    /// Query projection.
+    pub q_proj: Linear,
+    /// Key projection (`kv_heads` heads).
+    pub k_proj: Linear,
+    /// Value projection (`kv_heads` heads).
+    pub v_proj: Linear,
+    /// Output projection.
+    pub o_proj: Linear,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+}
+
+/// `down(silu(gate(x)) * up(x))`.
+#[derive(Module, Debug)]
+pub struct SwiGlu {
+    /// Gate projection.
+    pub gate_proj: Linear,
+    /// Up projection.
+    pub up_proj: Linear,
+    /// Down projection.
+    pub down_proj: Linear,
+}
+
+impl DecoderModel {
+    /// Last-layer hidden states `[B, L, d]` (after the final norm) of a left-padded batch.
+    pub fn forward(&self, input: &BackboneInput) -> Tensor<3> {
+        let [_, l] = input.input_ids.dims();
+        let device = input.input_ids.device();
+        let rope = RopeTables::new(l, self.head_dim, self.theta, &device);
+        let mask = key_padding_mask(input.padding.clone());
+        let mut x = self.embed_tokens.forward(input.input_ids.clone());
+        for layer in &self.layers {
+            let a = &layer.self_attn;
+            let h = layer.input_layernorm.forward(x.clone());
+            let q = rope.apply(split_heads(a.q_proj.forward(h.clone()), a.heads));
+            let k = rope.apply(split_heads(a.k_proj.forward(h.clone()), a.kv_heads));
+            let v = split_heads(a.v_proj.forward(h), a.kv_heads);
+            let ctx = merge_heads(attend(q, k, v, mask.clone(), true));
+            x = x + a.o_proj.forward(ctx);
+            let h = layer.post_attention_layernorm.forward(x.clone());
+            let m = &layer.mlp;
+            x = x + m
+                .down_proj
+                .forward(silu(m.gate_proj.forward(h.clone())) * m.up_proj.forward(h));
+        }
+        self.norm.forward(x)
+    }
+}

@@ -1,0 +1,543 @@
+//! [`DualEncoder`]: InF-Embed's passage tower and instruction-aware query tower, and the
+//! batch API that produces what the training objectives need ([`BatchEmbeddings`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use burn::prelude::*;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::backbone::Backbone;
+use crate::config::{ArchitectureConfig, SentenceTransformersConfig};
+use crate::encoder::{Embedder, Encoded, TruncationCounter};
+use crate::error::{Error, Result};
+use crate::interaction::{
+    CrossAttention, CrossAttentionConfig, CrossAttentionKind, Template, combine_tokens,
+    combine_vectors,
+};
+use crate::pool::{Pooling, l2_normalize};
+use crate::tokenize::TextTokenizer;
+
+/// Whether passages and queries share one backbone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Towers {
+    /// One backbone for passages and instruction-aware queries (the paper's recommendation).
+    #[default]
+    Shared,
+    /// Two backbones loaded from the same checkpoint and trained apart.
+    Separate,
+}
+
+/// Which instruction-query interaction builds the query embedding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Interaction {
+    /// Interaction I: encode the templated concatenation of instruction and query.
+    SelfAttention {
+        /// How the two are joined (default `"{query} {instruction}"`).
+        #[serde(default)]
+        template: Template,
+        /// Instruction negatives K per row in [`DualEncoder::encode_batch`]; `None` follows
+        /// the reference (3B/2 - 1 for B records, i.e. N/2 - 1 for N = 3B rows, at least 1).
+        #[serde(default)]
+        instruction_negatives: Option<usize>,
+    },
+    /// Interaction II: encode instruction and query apart and combine them.
+    CrossAttention(CrossAttentionConfig),
+}
+
+impl Default for Interaction {
+    fn default() -> Self {
+        Self::SelfAttention {
+            template: Template::default(),
+            instruction_negatives: None,
+        }
+    }
+}
+
+/// Configuration of a [`DualEncoder`] (everything beyond the checkpoint itself).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EncoderConfig {
+    /// Shared or separate towers.
+    #[serde(default)]
+    pub towers: Towers,
+    /// Interaction I or II.
+    #[serde(default)]
+    pub interaction: Interaction,
+    /// Maximum tokens of a query-side text (reference: 256).
+    #[serde(default = "default_query_max")]
+    pub query_max_length: usize,
+    /// Maximum tokens of a passage (reference: 512).
+    #[serde(default = "default_passage_max")]
+    pub passage_max_length: usize,
+    /// Prepended to every query-side text (e.g. e5's `"query: "`); with Interaction I to
+    /// the whole rendered template, with Interaction II to the query alone.
+    #[serde(default)]
+    pub query_prefix: String,
+    /// Prepended to every instruction (both interactions).
+    #[serde(default)]
+    pub instruction_prefix: String,
+    /// Prepended to every passage (e.g. e5's `"passage: "`).
+    #[serde(default)]
+    pub passage_prefix: String,
+    /// Overrides the checkpoint's pooling.
+    #[serde(default)]
+    pub pooling: Option<Pooling>,
+    /// Texts per forward pass when encoding many texts.
+    #[serde(default = "default_batch")]
+    pub encode_batch_size: usize,
+}
+
+fn default_query_max() -> usize {
+    256
+}
+fn default_passage_max() -> usize {
+    512
+}
+fn default_batch() -> usize {
+    32
+}
+
+impl Default for EncoderConfig {
+    fn default() -> Self {
+        Self {
+            towers: Towers::Shared,
+            interaction: Interaction::default(),
+            query_max_length: default_query_max(),
+            passage_max_length: default_passage_max(),
+            query_prefix: String::new(),
+            instruction_prefix: String::new(),
+            passage_prefix: String::new(),
+            pooling: None,
+            encode_batch_size: default_batch(),
+        }
+    }
+}
+
+impl EncoderConfig {
+    /// Reads a JSON config file (unknown fields are errors naming the line).
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let cfg: Self = crate::config::read_json(path, "encoder config")?;
+        cfg.validate(path)?;
+        Ok(cfg)
+    }
+
+    fn validate(&self, path: &Path) -> Result<()> {
+        for (field, v) in [
+            ("query_max_length", self.query_max_length),
+            ("passage_max_length", self.passage_max_length),
+            ("encode_batch_size", self.encode_batch_size),
+        ] {
+            if v == 0 {
+                return Err(Error::config(path, field, "must be positive"));
+            }
+        }
+        if let Interaction::SelfAttention {
+            instruction_negatives: Some(0),
+            ..
+        } = self.interaction
+        {
+            return Err(Error::config(
+                path,
+                "interaction.instruction_negatives",
+                "must be positive",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The trainable part of a [`DualEncoder`]: the backbones and the Interaction II weights.
+#[derive(Module, Debug)]
+pub struct DualEncoderModel {
+    /// Encodes queries, instructions and (when shared) passages.
+    pub query_tower: Backbone,
+    /// Encodes passages when the towers are separate.
+    pub passage_tower: Option<Backbone>,
+    /// `W_i, W_q1, W_q2` of a learnable Interaction II.
+    pub cross: Option<CrossAttention>,
+}
+
+/// One flattened training row: an instruction, a query and a passage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchRow<'a> {
+    /// The instruction.
+    pub instruction: &'a str,
+    /// The query.
+    pub query: &'a str,
+    /// The passage.
+    pub passage: &'a str,
+}
+
+/// What the objectives need for a batch of N rows; every embedding is L2-normalized.
+#[derive(Debug, Clone)]
+pub struct BatchEmbeddings {
+    /// Passage embeddings `[N, d]`.
+    pub p: Tensor<2>,
+    /// Row i's own instruction with row i's query, `[N, d]`.
+    pub iq: Tensor<2>,
+    /// Row i's query with the instructions of rows `instruction_rows[i]`, `[N, K, d]`.
+    pub iq_instr: Tensor<3>,
+    /// For each row, the K rows whose instructions were combined with its query.
+    pub instruction_rows: Vec<Vec<usize>>,
+    /// Distinct texts that went through a backbone (after deduplication).
+    pub texts_encoded: usize,
+    /// Texts cut at their maximum length.
+    pub truncated: usize,
+}
+
+/// InF-Embed's dual encoder: tokenizer, towers, pooling and instruction-query interaction.
+#[derive(Debug, Clone)]
+pub struct DualEncoder {
+    /// The trainable modules (replace it after an optimizer step).
+    pub model: DualEncoderModel,
+    /// The shared tokenizer.
+    pub tokenizer: TextTokenizer,
+    /// The configuration.
+    pub config: EncoderConfig,
+    /// The checkpoint's architecture.
+    pub arch: ArchitectureConfig,
+    /// The checkpoint's sentence-transformers settings.
+    pub st_config: SentenceTransformersConfig,
+    /// The pooling in use.
+    pub pooling: Pooling,
+    /// The checkpoint directory.
+    pub source_dir: PathBuf,
+    device: Device,
+    truncations: TruncationCounter,
+}
+
+impl DualEncoder {
+    /// Loads a checkpoint directory (see [`TextEncoder::from_dir`](crate::TextEncoder::from_dir)
+    /// for the files) with `config`. Separate towers load the weights twice so that their
+    /// parameters are distinct.
+    pub fn from_dir(dir: impl AsRef<Path>, config: EncoderConfig, device: &Device) -> Result<Self> {
+        let dir = dir.as_ref();
+        config.validate(Path::new("<EncoderConfig>"))?;
+        if !dir.is_dir() {
+            return Err(Error::MissingFile {
+                path: dir.to_path_buf(),
+                what: "model directory",
+            });
+        }
+        let arch = ArchitectureConfig::from_dir(dir)?;
+        let st_config = SentenceTransformersConfig::from_dir(dir)?;
+        let tokenizer = TextTokenizer::from_dir(
+            dir,
+            arch.pad_token_id(),
+            arch.pads_left(),
+            st_config.do_lower_case,
+        )?;
+        let query_tower = Backbone::load(&arch, dir, device)?;
+        let passage_tower = match config.towers {
+            Towers::Shared => None,
+            Towers::Separate => Some(Backbone::load(&arch, dir, device)?),
+        };
+        let cross = match &config.interaction {
+            Interaction::CrossAttention(CrossAttentionConfig {
+                learnable: true, ..
+            }) => Some(CrossAttention::identity(arch.hidden_size(), device)),
+            _ => None,
+        };
+        let pooling = config
+            .pooling
+            .or(st_config.pooling)
+            .unwrap_or_else(|| arch.default_pooling());
+        Ok(Self {
+            model: DualEncoderModel {
+                query_tower,
+                passage_tower,
+                cross,
+            },
+            tokenizer,
+            config,
+            arch,
+            st_config,
+            pooling,
+            source_dir: dir.to_path_buf(),
+            device: device.clone(),
+            truncations: TruncationCounter::default(),
+        })
+    }
+
+    /// The device of the weights.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Total number of texts truncated so far.
+    pub fn truncated_total(&self) -> usize {
+        self.truncations.total()
+    }
+
+    fn max_len(&self, requested: usize) -> usize {
+        requested.min(self.arch.max_positions())
+    }
+
+    fn query_embedder(&self) -> Embedder<'_> {
+        Embedder {
+            backbone: &self.model.query_tower,
+            tokenizer: &self.tokenizer,
+            device: &self.device,
+            pooling: self.pooling,
+            max_length: self.max_len(self.config.query_max_length),
+            counter: &self.truncations,
+        }
+    }
+
+    fn passage_embedder(&self) -> Embedder<'_> {
+        Embedder {
+            backbone: self
+                .model
+                .passage_tower
+                .as_ref()
+                .unwrap_or(&self.model.query_tower),
+            tokenizer: &self.tokenizer,
+            device: &self.device,
+            pooling: self.pooling,
+            max_length: self.max_len(self.config.passage_max_length),
+            counter: &self.truncations,
+        }
+    }
+
+    /// Encodes passages (with the passage prefix): `[N, d]`, L2-normalized, input order.
+    pub fn encode_passages(&self, passages: &[&str]) -> Result<Encoded> {
+        let texts: Vec<String> = passages
+            .iter()
+            .map(|p| format!("{}{p}", self.config.passage_prefix))
+            .collect();
+        let (unique, index) = dedupe(texts);
+        let refs: Vec<&str> = unique.iter().map(String::as_str).collect();
+        let (v, truncated) = self
+            .passage_embedder()
+            .pooled_sorted(&refs, self.config.encode_batch_size)?;
+        Ok(Encoded {
+            embeddings: l2_normalize(v).select(0, self.index_tensor(&index)),
+            truncated,
+        })
+    }
+
+    /// Encodes (instruction, query) pairs with the configured interaction: `[N, d]`,
+    /// L2-normalized, input order.
+    pub fn encode_queries(&self, pairs: &[(&str, &str)]) -> Result<Encoded> {
+        let wanted: Vec<(usize, usize)> = (0..pairs.len()).map(|i| (i, i)).collect();
+        let instructions: Vec<&str> = pairs.iter().map(|p| p.0).collect();
+        let queries: Vec<&str> = pairs.iter().map(|p| p.1).collect();
+        let (t, truncated, _) = self.combine(&instructions, &queries, &wanted)?;
+        Ok(Encoded {
+            embeddings: t,
+            truncated,
+        })
+    }
+
+    /// Encodes a batch for training, choosing the instruction negatives itself: K rows
+    /// sampled with `rng` for Interaction I (see [`Interaction::SelfAttention`]), all
+    /// other rows for Interaction II (whose combinations are cheap).
+    pub fn encode_batch<R: Rng>(
+        &self,
+        rows: &[BatchRow<'_>],
+        rng: &mut R,
+    ) -> Result<BatchEmbeddings> {
+        let n = rows.len();
+        let others = match &self.config.interaction {
+            Interaction::SelfAttention {
+                instruction_negatives,
+                ..
+            } => {
+                let k = instruction_negatives.unwrap_or((n / 2).saturating_sub(1).max(1));
+                sample_other_rows(n, k, rng)?
+            }
+            Interaction::CrossAttention(_) => all_other_rows(n)?,
+        };
+        self.encode_batch_with(rows, &others)
+    }
+
+    /// Encodes a batch for training with explicit instruction negatives: row i's query is
+    /// combined with the instruction of every row in `instruction_rows[i]` (all lists the
+    /// same length K >= 1, no index out of range).
+    ///
+    /// Cost: Interaction I runs the backbone on every distinct rendered text, up to
+    /// N (K + 1) of them (duplicates are encoded once); Interaction II encodes each
+    /// distinct instruction and query once and combines N (K + 1) pairs in O(N K d)
+    /// (vector) or O(N K Li Lq d) (token).
+    pub fn encode_batch_with(
+        &self,
+        rows: &[BatchRow<'_>],
+        instruction_rows: &[Vec<usize>],
+    ) -> Result<BatchEmbeddings> {
+        let n = rows.len();
+        if n == 0 {
+            return Err(Error::InvalidBatch("empty batch".into()));
+        }
+        if instruction_rows.len() != n {
+            return Err(Error::InvalidBatch(format!(
+                "{} instruction lists for {n} rows",
+                instruction_rows.len()
+            )));
+        }
+        let k = instruction_rows[0].len();
+        if k == 0 {
+            return Err(Error::InvalidBatch("K must be at least 1".into()));
+        }
+        for (i, list) in instruction_rows.iter().enumerate() {
+            if list.len() != k {
+                return Err(Error::InvalidBatch(format!(
+                    "row {i} has {} instruction negatives, row 0 has {k}",
+                    list.len()
+                )));
+            }
+            if let Some(&bad) = list.iter().find(|&&j| j >= n) {
+                return Err(Error::InvalidBatch(format!(
+                    "row {i}: instruction row {bad} out of range (batch of {n})"
+                )));
+            }
+        }
+        let passages: Vec<&str> = rows.iter().map(|r| r.passage).collect();
+        let p = self.encode_passages(&passages)?;
+        let mut passage_texts = passages.clone();
+        passage_texts.sort_unstable();
+        passage_texts.dedup();
+
+        // Pairs (instruction row, query row): the diagonal first, then the negatives.
+        let mut wanted: Vec<(usize, usize)> = (0..n).map(|i| (i, i)).collect();
+        for (i, list) in instruction_rows.iter().enumerate() {
+            wanted.extend(list.iter().map(|&j| (j, i)));
+        }
+        let instructions: Vec<&str> = rows.iter().map(|r| r.instruction).collect();
+        let queries: Vec<&str> = rows.iter().map(|r| r.query).collect();
+        let (all, truncated, encoded) = self.combine(&instructions, &queries, &wanted)?;
+        let d = self.arch.hidden_size();
+        let iq = all.clone().slice([0..n, 0..d]);
+        let iq_instr = all.slice([n..n * (k + 1), 0..d]).reshape([n, k, d]);
+        Ok(BatchEmbeddings {
+            p: p.embeddings,
+            iq,
+            iq_instr,
+            instruction_rows: instruction_rows.to_vec(),
+            texts_encoded: passage_texts.len() + encoded,
+            truncated: p.truncated + truncated,
+        })
+    }
+
+    /// Embeds the `wanted` (instruction index, query index) combinations, L2-normalized, in
+    /// order. Returns the embeddings, the truncation count and the number of distinct texts
+    /// encoded.
+    fn combine(
+        &self,
+        instructions: &[&str],
+        queries: &[&str],
+        wanted: &[(usize, usize)],
+    ) -> Result<(Tensor<2>, usize, usize)> {
+        let cfg = &self.config;
+        match &cfg.interaction {
+            Interaction::SelfAttention { template, .. } => {
+                let texts: Vec<String> = wanted
+                    .iter()
+                    .map(|&(i, q)| {
+                        let instruction = format!("{}{}", cfg.instruction_prefix, instructions[i]);
+                        format!(
+                            "{}{}",
+                            cfg.query_prefix,
+                            template.render(&instruction, queries[q])
+                        )
+                    })
+                    .collect();
+                let (unique, index) = dedupe(texts);
+                let refs: Vec<&str> = unique.iter().map(String::as_str).collect();
+                let (v, truncated) = self
+                    .query_embedder()
+                    .pooled_sorted(&refs, cfg.encode_batch_size)?;
+                let out = l2_normalize(v).select(0, self.index_tensor(&index));
+                Ok((out, truncated, unique.len()))
+            }
+            Interaction::CrossAttention(cross) => {
+                let instr_texts: Vec<String> = instructions
+                    .iter()
+                    .map(|t| format!("{}{t}", cfg.instruction_prefix))
+                    .collect();
+                let query_texts: Vec<String> = queries
+                    .iter()
+                    .map(|t| format!("{}{t}", cfg.query_prefix))
+                    .collect();
+                let (ui, ii) = dedupe(instr_texts);
+                let (uq, qi) = dedupe(query_texts);
+                let pairs: Vec<(usize, usize)> =
+                    wanted.iter().map(|&(i, q)| (ii[i], qi[q])).collect();
+                let ri: Vec<&str> = ui.iter().map(String::as_str).collect();
+                let rq: Vec<&str> = uq.iter().map(String::as_str).collect();
+                let emb = self.query_embedder();
+                let weights = self.model.cross.as_ref();
+                let encoded = ui.len() + uq.len();
+                match cross.kind {
+                    CrossAttentionKind::Vector => {
+                        let (vi, ti) = emb.pooled_sorted(&ri, cfg.encode_batch_size)?;
+                        let (vq, tq) = emb.pooled_sorted(&rq, cfg.encode_batch_size)?;
+                        Ok((combine_vectors(vi, vq, weights, &pairs), ti + tq, encoded))
+                    }
+                    CrossAttentionKind::Token => {
+                        let si = emb.token_states(&ri)?;
+                        let sq = emb.token_states(&rq)?;
+                        let out =
+                            combine_tokens(si.hidden, si.mask, sq.hidden, sq.mask, weights, &pairs);
+                        Ok((out, si.truncated + sq.truncated, encoded))
+                    }
+                }
+            }
+        }
+    }
+
+    fn index_tensor(&self, index: &[usize]) -> Tensor<1, Int> {
+        let v: Vec<i64> = index.iter().map(|&i| i as i64).collect();
+        Tensor::from_data(TensorData::new(v, [index.len()]), &self.device)
+    }
+}
+
+/// Distinct strings in first-seen order, and for each input its index among them.
+pub fn dedupe(texts: Vec<String>) -> (Vec<String>, Vec<usize>) {
+    let mut seen: HashMap<String, usize> = HashMap::with_capacity(texts.len());
+    let mut unique = Vec::new();
+    let mut index = Vec::with_capacity(texts.len());
+    for t in texts {
+        let next = unique.len();
+        let at = *seen.entry(t.clone()).or_insert(next);
+        if at == next {
+            unique.push(t);
+        }
+        index.push(at);
+    }
+    (unique, index)
+}
+
+/// For each of `n` rows, `k` distinct other rows drawn uniformly without replacement.
+///
+/// Fails when `k > n - 1`.
+pub fn sample_other_rows<R: Rng>(n: usize, k: usize, rng: &mut R) -> Result<Vec<Vec<usize>>> {
+    if n < 2 || k > n - 1 {
+        return Err(Error::InvalidBatch(format!(
+            "cannot draw {k} other rows from a batch of {n}"
+        )));
+    }
+    Ok((0..n)
+        .map(|i| {
+            rand::seq::index::sample(rng, n - 1, k)
+                .into_iter()
+                .map(|j| if j >= i { j + 1 } else { j })
+                .collect()
+        })
+        .collect())
+}
+
+/// For each of `n` rows, every other row in increasing order (K = n - 1).
+pub fn all_other_rows(n: usize) -> Result<Vec<Vec<usize>>> {
+    if n < 2 {
+        return Err(Error::InvalidBatch(format!(
+            "a batch of {n} row(s) has no other rows"
+        )));
+    }
+    Ok((0..n)
+        .map(|i| (0..n).filter(|&j| j != i).collect())
+        .collect())
+}

@@ -1,0 +1,289 @@
+//! [`TextEncoder`]: a tokenizer, a backbone and a pooling, loaded from a local Hugging Face /
+//! sentence-transformers directory, turning texts into embeddings.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use burn::prelude::*;
+
+use crate::backbone::Backbone;
+use crate::config::{ArchitectureConfig, SentenceTransformersConfig};
+use crate::error::{Error, Result};
+use crate::pool::{Pooling, l2_normalize, pool};
+use crate::tokenize::{TextTokenizer, TokenBatch};
+
+/// Embeddings of a batch of texts.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    /// `[B, d]`, one row per input text in input order (L2-normalized when the encoder
+    /// normalizes).
+    pub embeddings: Tensor<2>,
+    /// How many of the texts were cut at the maximum length.
+    pub truncated: usize,
+}
+
+/// Token-level states of a batch of texts (for the token-level interaction).
+#[derive(Debug, Clone)]
+pub struct TokenStates {
+    /// Last-layer hidden states `[B, L, d]` (`L` = this batch's longest row).
+    pub hidden: Tensor<3>,
+    /// `[B, L]`, 1.0 on real tokens, 0.0 on padding.
+    pub mask: Tensor<2>,
+    /// How many of the texts were cut at the maximum length.
+    pub truncated: usize,
+}
+
+/// Counts truncated inputs and warns on stderr the first time any is cut.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TruncationCounter {
+    total: Arc<AtomicUsize>,
+    warned: Arc<AtomicBool>,
+}
+
+impl TruncationCounter {
+    pub(crate) fn add(&self, n: usize, max_length: usize) {
+        if n == 0 {
+            return;
+        }
+        self.total.fetch_add(n, Ordering::Relaxed);
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "warning: infembed-encoder: {n} input(s) longer than {max_length} tokens were \
+                 truncated (further truncations are counted, see `truncated_total()`)"
+            );
+        }
+    }
+
+    pub(crate) fn total(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+}
+
+/// A complete text-to-vector pipeline loaded from a local model directory.
+///
+/// The directory must hold `config.json`, `tokenizer.json` and `model.safetensors`; when it
+/// also holds sentence-transformers files (`modules.json`, the pooling module's
+/// `config.json`, `sentence_bert_config.json`) they choose pooling, normalization and the
+/// maximum length. Nothing is downloaded: a missing file is [`Error::MissingFile`].
+#[derive(Debug, Clone)]
+pub struct TextEncoder {
+    /// The transformer.
+    pub backbone: Backbone,
+    /// The tokenizer (with the backbone's padding side).
+    pub tokenizer: TextTokenizer,
+    /// The architecture and its hyper-parameters (`config.json`).
+    pub arch: ArchitectureConfig,
+    /// What the sentence-transformers files said.
+    pub st_config: SentenceTransformersConfig,
+    /// The pooling in use.
+    pub pooling: Pooling,
+    /// Whether embeddings are L2-normalized.
+    pub normalize: bool,
+    /// Maximum tokens per text (special tokens included); longer texts are truncated.
+    pub max_length: usize,
+    /// The directory the model came from.
+    pub source_dir: PathBuf,
+    device: Device,
+    truncations: TruncationCounter,
+}
+
+impl TextEncoder {
+    /// Loads a model directory on `device`.
+    ///
+    /// Pooling defaults (without sentence-transformers files) to `mean` for encoders and
+    /// `last` for decoders, normalization to on, the maximum length to 512 capped by the
+    /// model's position limit.
+    pub fn from_dir(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let dir = dir.as_ref();
+        if !dir.is_dir() {
+            return Err(Error::MissingFile {
+                path: dir.to_path_buf(),
+                what: "model directory",
+            });
+        }
+        let arch = ArchitectureConfig::from_dir(dir)?;
+        let st_config = SentenceTransformersConfig::from_dir(dir)?;
+        let tokenizer = TextTokenizer::from_dir(
+            dir,
+            arch.pad_token_id(),
+            arch.pads_left(),
+            st_config.do_lower_case,
+        )?;
+        let backbone = Backbone::load(&arch, dir, device)?;
+        let pooling = st_config.pooling.unwrap_or_else(|| arch.default_pooling());
+        let normalize = st_config.normalize.unwrap_or(true);
+        let max_length = st_config
+            .max_seq_length
+            .unwrap_or(512)
+            .min(arch.max_positions());
+        Ok(Self {
+            backbone,
+            tokenizer,
+            arch,
+            st_config,
+            pooling,
+            normalize,
+            max_length,
+            source_dir: dir.to_path_buf(),
+            device: device.clone(),
+            truncations: TruncationCounter::default(),
+        })
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Width `d` of the embeddings.
+    pub fn dim(&self) -> usize {
+        self.arch.hidden_size()
+    }
+
+    /// Total number of texts truncated by this encoder (and its clones) so far.
+    pub fn truncated_total(&self) -> usize {
+        self.truncations.total()
+    }
+
+    /// The text-to-vector pipeline of this encoder at its maximum length.
+    pub(crate) fn embedder(&self) -> Embedder<'_> {
+        Embedder {
+            backbone: &self.backbone,
+            tokenizer: &self.tokenizer,
+            device: &self.device,
+            pooling: self.pooling,
+            max_length: self.max_length,
+            counter: &self.truncations,
+        }
+    }
+
+    /// Token-level last-layer states of `texts` (one forward pass for the whole slice).
+    pub fn token_states(&self, texts: &[&str]) -> Result<TokenStates> {
+        self.embedder().token_states(texts)
+    }
+
+    /// Embeds `texts` in one forward pass (padded to the longest of them).
+    pub fn encode(&self, texts: &[&str]) -> Result<Encoded> {
+        let (pooled, truncated) = self.embedder().pooled_batch(texts)?;
+        let embeddings = if self.normalize {
+            l2_normalize(pooled)
+        } else {
+            pooled
+        };
+        Ok(Encoded {
+            embeddings,
+            truncated,
+        })
+    }
+
+    /// Embeds any number of texts, `batch_size` at a time after sorting them by token
+    /// length (so each batch pads little), and returns `[texts.len(), d]` in input order.
+    pub fn encode_sorted(&self, texts: &[&str], batch_size: usize) -> Result<Encoded> {
+        let (pooled, truncated) = self.embedder().pooled_sorted(texts, batch_size)?;
+        let embeddings = if self.normalize {
+            l2_normalize(pooled)
+        } else {
+            pooled
+        };
+        Ok(Encoded {
+            embeddings,
+            truncated,
+        })
+    }
+
+    /// Like [`encode_sorted`](Self::encode_sorted), returning host vectors in input order.
+    pub fn encode_to_vecs(&self, texts: &[&str], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        let e = self.encode_sorted(texts, batch_size)?.embeddings;
+        tensor_rows(e)
+    }
+}
+
+/// Reads a `[N, d]` tensor back as `N` host vectors.
+pub fn tensor_rows(t: Tensor<2>) -> Result<Vec<Vec<f32>>> {
+    let [_, d] = t.dims();
+    let flat = t
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .map_err(|e| Error::Readback(format!("{e:?}")))?;
+    Ok(flat.chunks(d.max(1)).map(<[f32]>::to_vec).collect())
+}
+
+/// Borrowed pieces of one tower: what turns texts into token states or pooled vectors.
+pub(crate) struct Embedder<'a> {
+    pub(crate) backbone: &'a Backbone,
+    pub(crate) tokenizer: &'a TextTokenizer,
+    pub(crate) device: &'a Device,
+    pub(crate) pooling: Pooling,
+    pub(crate) max_length: usize,
+    pub(crate) counter: &'a TruncationCounter,
+}
+
+impl Embedder<'_> {
+    /// Tokenizes (counting truncations) without padding.
+    fn tokenize(&self, texts: &[&str]) -> Result<TokenBatch> {
+        if texts.is_empty() {
+            return Err(Error::InvalidBatch("no texts to encode".into()));
+        }
+        let batch = self.tokenizer.tokenize(texts, self.max_length)?;
+        self.counter.add(batch.truncated, self.max_length);
+        Ok(batch)
+    }
+
+    /// Last-layer states for `texts` in one forward pass.
+    pub(crate) fn token_states(&self, texts: &[&str]) -> Result<TokenStates> {
+        let batch = self.tokenize(texts)?;
+        let input = self.tokenizer.to_input(&batch, self.device);
+        let hidden = self.backbone.forward(&input);
+        Ok(TokenStates {
+            hidden,
+            mask: input.attention_mask,
+            truncated: batch.truncated,
+        })
+    }
+
+    /// Pooled (not normalized) vectors `[B, d]` for `texts` in one forward pass.
+    pub(crate) fn pooled_batch(&self, texts: &[&str]) -> Result<(Tensor<2>, usize)> {
+        let s = self.token_states(texts)?;
+        Ok((pool(s.hidden, s.mask, self.pooling), s.truncated))
+    }
+
+    /// Pooled (not normalized) vectors `[N, d]` in input order, computed `batch_size` texts
+    /// at a time in order of token length.
+    pub(crate) fn pooled_sorted(
+        &self,
+        texts: &[&str],
+        batch_size: usize,
+    ) -> Result<(Tensor<2>, usize)> {
+        let batch = self.tokenize(texts)?;
+        let n = texts.len();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(batch.ids[i].len()));
+        let mut parts = Vec::with_capacity(n.div_ceil(batch_size.max(1)));
+        for chunk in order.chunks(batch_size.max(1)) {
+            let ids: Vec<Vec<u32>> = chunk.iter().map(|&i| batch.ids[i].clone()).collect();
+            let types: Vec<Vec<u32>> = chunk.iter().map(|&i| batch.type_ids[i].clone()).collect();
+            let sub = TokenBatch {
+                ids,
+                type_ids: types,
+                truncated: 0,
+            };
+            let input = self.tokenizer.to_input(&sub, self.device);
+            let hidden = self.backbone.forward(&input);
+            parts.push(pool(hidden, input.attention_mask, self.pooling));
+        }
+        let sorted = if parts.len() == 1 {
+            parts.pop().expect("one part")
+        } else {
+            Tensor::cat(parts, 0)
+        };
+        // Row `order[k]` of the input sits at position k of `sorted`; invert.
+        let mut inverse = vec![0i64; n];
+        for (k, &i) in order.iter().enumerate() {
+            inverse[i] = k as i64;
+        }
+        let inverse = Tensor::<1, Int>::from_data(TensorData::new(inverse, [n]), self.device);
+        Ok((sorted.select(0, inverse), batch.truncated))
+    }
+}

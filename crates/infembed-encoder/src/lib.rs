@@ -1,0 +1,57 @@
+//! # infembed-encoder
+//!
+//! The dual encoder of InF-Embed ("Towards Better Instruction Following Retrieval Models") on
+//! [burn](https://burn.dev) 0.22 (CPU `flex` backend by default; `cuda` and `tch` as cargo
+//! features):
+//!
+//! - **Backbones** loaded from a local Hugging Face directory (`config.json`,
+//!   `tokenizer.json`, `model.safetensors`, read with `burn-store`): the BERT family
+//!   ([`bert`]: BERT, MiniLM, e5, bge, gte), [`modernbert`], and the [`decoder`] LMs Qwen2 and
+//!   Llama (rotary embeddings, grouped-query attention, RMSNorm, SwiGLU, last-token pooling
+//!   with left padding). Nothing is downloaded; a missing file is an [`Error::MissingFile`] naming it.
+//! - **Tokenization** with Hugging Face `tokenizers` (pure Rust), truncation at a maximum
+//!   length with a count of truncated inputs, padding to each batch's own longest row.
+//! - **Pooling** ([`Pooling`]: `cls | mean | last`, masked) and L2 normalization, chosen by
+//!   sentence-transformers' `modules.json` / `1_Pooling/config.json` /
+//!   `sentence_bert_config.json` when present.
+//! - **Instruction-query interactions** ([`interaction`]): Interaction I (a [`Template`]
+//!   joins instruction and query, encoded together) and Interaction II (encoded apart and
+//!   combined by [`CrossAttention`], vector or token level).
+//! - **The dual encoder** ([`DualEncoder`]): shared or separate towers, query/passage
+//!   maximum lengths and prefixes, and [`DualEncoder::encode_batch`] returning the
+//!   [`BatchEmbeddings`] the objectives need (`p: [N, d]`, `iq: [N, d]`,
+//!   `iq_instr: [N, K, d]`, all L2-normalized, identical strings encoded once).
+//!
+//! - **Saving** ([`save`]) back to a Hugging Face / sentence-transformers directory with the
+//!   original key names.
+//!
+//! Conventions: embeddings are `[B, d]` tensors, one row per input text in input order;
+//! token states are `[B, L, d]` with `L` the longest row of the batch; masks are 1.0 on real
+//! tokens and 0.0 on padding. Encoders pad on the right, decoders on the left.
+
+mod attention;
+pub mod backbone;
+pub mod bert;
+pub mod config;
+pub mod decoder;
+pub mod dual;
+pub mod encoder;
+pub mod error;
+pub mod interaction;
+pub mod modernbert;
+pub mod pool;
+mod rope;
+pub mod save;
+pub mod tokenize;
+mod weights;
+
+pub use backbone::{Backbone, BackboneInput};
+pub use config::{ArchitectureConfig, SentenceTransformersConfig};
+pub use dual::{
+    BatchEmbeddings, BatchRow, DualEncoder, DualEncoderModel, EncoderConfig, Interaction, Towers,
+};
+pub use encoder::{Encoded, TextEncoder, TokenStates, tensor_rows};
+pub use error::{Error, Result};
+pub use interaction::{CrossAttention, CrossAttentionConfig, CrossAttentionKind, Template};
+pub use pool::{Pooling, l2_normalize, pool};
+pub use tokenize::{TextTokenizer, TokenBatch};

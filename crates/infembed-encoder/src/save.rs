@@ -1,0 +1,216 @@
+//! Saving encoders back as Hugging Face / sentence-transformers directories.
+//!
+//! A saved tower is a complete sentence-transformers model directory: `model.safetensors`
+//! with the original Hugging Face key names and PyTorch layouts, the checkpoint's
+//! `config.json` and tokenizer files (copied from the source directory), and
+//! `modules.json`, `1_Pooling/config.json` and `sentence_bert_config.json` describing the
+//! current pooling, normalization and maximum length. Python `sentence-transformers` loads
+//! it as is (`scripts/encoder/check_saved.py` checks that).
+//!
+//! A [`DualEncoder`] adds `infembed_encoder.json` (its [`EncoderConfig`]), a
+//! `passage_tower/` sub-directory (a complete model) when the towers are separate, and
+//! `interaction.safetensors` (`w_i.weight`, `w_q1.weight`, `w_q2.weight`, PyTorch
+//! `[out, in]` layout) for a learnable Interaction II.
+
+use std::path::Path;
+
+use burn::prelude::*;
+
+use crate::backbone::Backbone;
+use crate::config::{StBertConfig, StModule, StPoolingConfig, read_json, write_json};
+use crate::dual::{DualEncoder, EncoderConfig, Towers};
+use crate::encoder::TextEncoder;
+use crate::error::{Error, Result};
+use crate::pool::Pooling;
+use crate::weights;
+
+/// Files copied verbatim from the source checkpoint when present (the tokenizer and the
+/// model config; the weights and sentence-transformers files are written afresh).
+const COPIED: [&str; 9] = [
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "merges.txt",
+    "vocab.json",
+    "added_tokens.json",
+    "config_sentence_transformers.json",
+];
+
+/// File name of the dual encoder's own configuration in a saved directory.
+pub const ENCODER_CONFIG_FILE: &str = "infembed_encoder.json";
+/// File name of the Interaction II weights in a saved directory.
+pub const INTERACTION_FILE: &str = "interaction.safetensors";
+/// Sub-directory of a separate passage tower in a saved directory.
+pub const PASSAGE_TOWER_DIR: &str = "passage_tower";
+
+/// Writes one tower as a sentence-transformers directory.
+fn save_tower(
+    backbone: &Backbone,
+    source_dir: &Path,
+    dir: &Path,
+    pooling: Pooling,
+    normalize: bool,
+    max_length: usize,
+    dim: usize,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let same = match (source_dir.canonicalize(), dir.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if !same {
+        for name in COPIED {
+            let from = source_dir.join(name);
+            if from.exists() {
+                std::fs::copy(&from, dir.join(name)).map_err(|e| Error::io(&from, e))?;
+            }
+        }
+    }
+    backbone.save_safetensors(&dir.join("model.safetensors"))?;
+
+    let mut modules = vec![
+        StModule {
+            idx: 0,
+            name: "0".into(),
+            path: String::new(),
+            kind: "sentence_transformers.models.Transformer".into(),
+        },
+        StModule {
+            idx: 1,
+            name: "1".into(),
+            path: "1_Pooling".into(),
+            kind: "sentence_transformers.models.Pooling".into(),
+        },
+    ];
+    if normalize {
+        modules.push(StModule {
+            idx: 2,
+            name: "2".into(),
+            path: "2_Normalize".into(),
+            kind: "sentence_transformers.models.Normalize".into(),
+        });
+    }
+    write_json(&dir.join("modules.json"), &modules)?;
+    let pool_dir = dir.join("1_Pooling");
+    std::fs::create_dir_all(&pool_dir).map_err(|e| Error::io(&pool_dir, e))?;
+    write_json(
+        &pool_dir.join("config.json"),
+        &StPoolingConfig::for_pooling(pooling, dim),
+    )?;
+    // Keep `do_lower_case` (and any future field) from the source when it has the file.
+    let sb_src = source_dir.join("sentence_bert_config.json");
+    let do_lower_case = if sb_src.exists() {
+        read_json::<StBertConfig>(&sb_src, "sentence-transformers model config")?.do_lower_case
+    } else {
+        false
+    };
+    write_json(
+        &dir.join("sentence_bert_config.json"),
+        &StBertConfig {
+            max_seq_length: max_length,
+            do_lower_case,
+        },
+    )
+}
+
+impl TextEncoder {
+    /// Saves the encoder as a sentence-transformers directory at `dir` (created if needed;
+    /// existing files of the same names are replaced).
+    pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
+        save_tower(
+            &self.backbone,
+            &self.source_dir,
+            dir.as_ref(),
+            self.pooling,
+            self.normalize,
+            self.max_length,
+            self.dim(),
+        )
+    }
+}
+
+impl DualEncoder {
+    /// Saves the dual encoder at `dir`: the query tower as a sentence-transformers model
+    /// (normalized, query maximum length), plus the files listed in the [module docs](self).
+    pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let dir = dir.as_ref();
+        let d = self.arch.hidden_size();
+        let max_q = self.config.query_max_length.min(self.arch.max_positions());
+        let max_p = self
+            .config
+            .passage_max_length
+            .min(self.arch.max_positions());
+        save_tower(
+            &self.model.query_tower,
+            &self.source_dir,
+            dir,
+            self.pooling,
+            true,
+            max_q,
+            d,
+        )?;
+        let passage_dir = dir.join(PASSAGE_TOWER_DIR);
+        if let Some(p) = &self.model.passage_tower {
+            save_tower(
+                p,
+                &self.source_dir,
+                &passage_dir,
+                self.pooling,
+                true,
+                max_p,
+                d,
+            )?;
+        } else if passage_dir.exists() {
+            std::fs::remove_dir_all(&passage_dir).map_err(|e| Error::io(&passage_dir, e))?;
+        }
+        let inter = dir.join(INTERACTION_FILE);
+        if let Some(c) = &self.model.cross {
+            weights::save_from(c, &inter, &[])?;
+        } else if inter.exists() {
+            std::fs::remove_file(&inter).map_err(|e| Error::io(&inter, e))?;
+        }
+        let mut config = self.config.clone();
+        config.pooling = Some(self.pooling);
+        write_json(&dir.join(ENCODER_CONFIG_FILE), &config)
+    }
+
+    /// Loads a directory written by [`save`](Self::save) (its `infembed_encoder.json`
+    /// supplies the configuration). A plain checkpoint directory without that file loads
+    /// with `EncoderConfig::default()`.
+    pub fn load_saved(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
+        let dir = dir.as_ref();
+        let cfg_path = dir.join(ENCODER_CONFIG_FILE);
+        let config = if cfg_path.exists() {
+            EncoderConfig::from_file(&cfg_path)?
+        } else {
+            EncoderConfig::default()
+        };
+        let mut shared = config.clone();
+        shared.towers = Towers::Shared;
+        let mut enc = DualEncoder::from_dir(dir, shared, device)?;
+        enc.config = config.clone();
+        if config.towers == Towers::Separate {
+            let pdir = dir.join(PASSAGE_TOWER_DIR);
+            if !pdir.is_dir() {
+                return Err(Error::MissingFile {
+                    path: pdir,
+                    what: "separate passage tower of a saved dual encoder",
+                });
+            }
+            let arch = crate::config::ArchitectureConfig::from_dir(&pdir)?;
+            enc.model.passage_tower = Some(Backbone::load(&arch, &pdir, device)?);
+        }
+        if let Some(cross) = enc.model.cross.as_mut() {
+            let path = dir.join(INTERACTION_FILE);
+            weights::load_into(cross, &path, &[])?;
+        }
+        Ok(enc)
+    }
+}
+
+/// Names of the tensors a safetensors file holds (for checks and tools).
+pub fn safetensors_keys(path: &Path) -> Result<Vec<String>> {
+    weights::tensor_names(path)
+}

@@ -1,0 +1,85 @@
+//! Helpers shared by the integration tests (fixtures, host-side reference maths).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use burn::prelude::*;
+
+/// The workspace root (two levels above this crate).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A vendored fixture directory of this crate.
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// The all-MiniLM-L6-v2 directory, or `None` (after a loud SKIPPED line) when absent.
+pub fn minilm_dir(test: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("INFEMBED_MINILM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("models/all-MiniLM-L6-v2"));
+    if dir.join("model.safetensors").exists() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIPPED: {test}: all-MiniLM-L6-v2 not found at {} (run `cargo xtask fetch-model` \
+             or set INFEMBED_MINILM_DIR)",
+            dir.display()
+        );
+        None
+    }
+}
+
+/// The CPU device.
+pub fn device() -> Device {
+    Device::default()
+}
+
+/// Rows of a `[N, d]` tensor.
+pub fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
+    infembed_encoder::tensor_rows(t).expect("readback")
+}
+
+/// Max absolute difference between two equal-length vectors.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Cosine similarity in f64.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+/// Reads a JSON file.
+pub fn read_json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("read fixture")).expect("json")
+}
+
+/// A JSON array of numbers as f32.
+pub fn f32s(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_f64().expect("number") as f32)
+        .collect()
+}
+
+/// A JSON array of integers as u32.
+pub fn u32s(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_u64().expect("integer") as u32)
+        .collect()
+}

@@ -1,0 +1,257 @@
+//! The dual encoder's batch API on the tiny BERT fixture, checked against independent
+//! paths (single-text encodes through `TextEncoder`, host-side combinations).
+
+mod common;
+
+use common::*;
+use infembed_encoder::dual::{all_other_rows, dedupe, sample_other_rows};
+use infembed_encoder::{
+    BatchRow, CrossAttentionConfig, CrossAttentionKind, DualEncoder, EncoderConfig, Interaction,
+    Template, TextEncoder, Towers,
+};
+use proptest::prelude::*;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+const ROWS: [(&str, &str, &str); 4] = [
+    ("find recent news", "cat food", "the cat sat on the mat"),
+    ("documents about ships", "ocean", "ships on the ocean"),
+    ("find recent news", "dog", "a dog"),
+    ("be brief", "cat food", "the cat sat on the mat"),
+];
+
+fn batch() -> Vec<BatchRow<'static>> {
+    ROWS.iter()
+        .map(|&(instruction, query, passage)| BatchRow {
+            instruction,
+            query,
+            passage,
+        })
+        .collect()
+}
+
+fn single(enc: &TextEncoder, text: &str) -> Vec<f32> {
+    rows(enc.encode(&[text]).unwrap().embeddings).remove(0)
+}
+
+#[test]
+fn interaction_one_batch_matches_single_encodes() {
+    let dir = fixture("tiny-bert");
+    let reference = TextEncoder::from_dir(&dir, &device()).unwrap();
+    let cfg = EncoderConfig {
+        interaction: Interaction::SelfAttention {
+            template: Template::new("{instruction} | {query}").unwrap(),
+            instruction_negatives: Some(2),
+        },
+        query_max_length: 16,
+        passage_max_length: 16,
+        ..EncoderConfig::default()
+    };
+    let enc = DualEncoder::from_dir(&dir, cfg, &device()).unwrap();
+    let others = vec![vec![1, 2], vec![0, 3], vec![0, 1], vec![2, 0]];
+    let out = enc.encode_batch_with(&batch(), &others).unwrap();
+    assert_eq!(out.p.dims(), [4, 32]);
+    assert_eq!(out.iq.dims(), [4, 32]);
+    assert_eq!(out.iq_instr.dims(), [4, 2, 32]);
+    let p = rows(out.p);
+    let iq = rows(out.iq);
+    let [n, k, d] = out.iq_instr.dims();
+    let iqi = out.iq_instr.reshape([n * k, d]);
+    let iqi = rows(iqi);
+    for (i, &(instr, query, passage)) in ROWS.iter().enumerate() {
+        assert!(
+            max_abs_diff(&p[i], &single(&reference, passage)) < 1e-5,
+            "p row {i}"
+        );
+        let own = single(&reference, &format!("{instr} | {query}"));
+        assert!(max_abs_diff(&iq[i], &own) < 1e-5, "iq row {i}");
+        for (slot, &j) in others[i].iter().enumerate() {
+            let text = format!("{} | {query}", ROWS[j].0);
+            let want = single(&reference, &text);
+            assert!(
+                max_abs_diff(&iqi[i * k + slot], &want) < 1e-5,
+                "iq_instr {i},{slot}"
+            );
+        }
+    }
+    // Distinct texts: 3 passages + distinct rendered strings among the 12 combinations.
+    let mut rendered: Vec<String> = Vec::new();
+    for (i, list) in others.iter().enumerate() {
+        rendered.push(format!("{} | {}", ROWS[i].0, ROWS[i].1));
+        for &j in list {
+            rendered.push(format!("{} | {}", ROWS[j].0, ROWS[i].1));
+        }
+    }
+    rendered.sort();
+    rendered.dedup();
+    assert_eq!(out.texts_encoded, 3 + rendered.len());
+    assert!(rendered.len() < 12, "the fixture has repeated combinations");
+}
+
+#[test]
+fn interaction_two_token_batch_matches_separate_encodes() {
+    let dir = fixture("tiny-bert");
+    let cfg = EncoderConfig {
+        interaction: Interaction::CrossAttention(CrossAttentionConfig {
+            kind: CrossAttentionKind::Token,
+            learnable: false,
+        }),
+        query_max_length: 16,
+        passage_max_length: 16,
+        ..EncoderConfig::default()
+    };
+    let enc = DualEncoder::from_dir(&dir, cfg, &device()).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let out = enc.encode_batch(&batch(), &mut rng).unwrap();
+    assert_eq!(
+        out.iq_instr.dims(),
+        [4, 3, 32],
+        "all other rows for Interaction II"
+    );
+    assert_eq!(out.instruction_rows, all_other_rows(4).unwrap());
+    // Each pair alone (no batch padding at all) must give the same vector.
+    let iq = rows(out.iq);
+    let [n, k, d] = out.iq_instr.dims();
+    let iqi = rows(out.iq_instr.reshape([n * k, d]));
+    for i in 0..4 {
+        let alone = rows(
+            enc.encode_queries(&[(ROWS[i].0, ROWS[i].1)])
+                .unwrap()
+                .embeddings,
+        );
+        assert!(max_abs_diff(&iq[i], &alone[0]) < 1e-5, "iq row {i}");
+        for (slot, &j) in out.instruction_rows[i].iter().enumerate() {
+            let alone = rows(
+                enc.encode_queries(&[(ROWS[j].0, ROWS[i].1)])
+                    .unwrap()
+                    .embeddings,
+            );
+            assert!(
+                max_abs_diff(&iqi[i * k + slot], &alone[0]) < 1e-5,
+                "iq_instr {i},{slot}"
+            );
+        }
+    }
+    // 3 passages + 3 instructions + 3 queries.
+    assert_eq!(out.texts_encoded, 9);
+}
+
+#[test]
+fn interaction_two_vector_learnable_and_separate_towers() {
+    let dir = fixture("tiny-bert");
+    let cfg = EncoderConfig {
+        towers: Towers::Separate,
+        interaction: Interaction::CrossAttention(CrossAttentionConfig {
+            kind: CrossAttentionKind::Vector,
+            learnable: true,
+        }),
+        query_max_length: 16,
+        passage_max_length: 16,
+        ..EncoderConfig::default()
+    };
+    let enc = DualEncoder::from_dir(&dir, cfg, &device()).unwrap();
+    assert!(enc.model.passage_tower.is_some() && enc.model.cross.is_some());
+    let shared = DualEncoder::from_dir(&dir, EncoderConfig::default(), &device()).unwrap();
+    use burn::module::Module;
+    let tower_params = shared.model.num_params();
+    assert_eq!(enc.model.num_params(), 2 * tower_params + 3 * 32 * 32);
+    // Both towers start from the checkpoint: same passage embeddings as a shared encoder.
+    let a = rows(
+        enc.encode_passages(&["ships on the ocean", "x"])
+            .unwrap()
+            .embeddings,
+    );
+    let b = rows(
+        shared
+            .encode_passages(&["ships on the ocean", "x"])
+            .unwrap()
+            .embeddings,
+    );
+    assert!(max_abs_diff(&a[0], &b[0]) < 1e-6 && max_abs_diff(&a[1], &b[1]) < 1e-6);
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let out = enc.encode_batch(&batch(), &mut rng).unwrap();
+    assert_eq!(out.iq_instr.dims(), [4, 3, 32]);
+    // Rows are unit vectors.
+    for r in rows(out.iq) {
+        let n: f32 = r.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((n - 1.0).abs() < 1e-5);
+    }
+}
+
+#[test]
+fn prefixes_are_applied() {
+    let dir = fixture("tiny-bert");
+    let reference = TextEncoder::from_dir(&dir, &device()).unwrap();
+    let cfg = EncoderConfig {
+        query_prefix: "query: ".into(),
+        passage_prefix: "passage: ".into(),
+        instruction_prefix: "find ".into(),
+        query_max_length: 16,
+        passage_max_length: 16,
+        ..EncoderConfig::default()
+    };
+    let enc = DualEncoder::from_dir(&dir, cfg, &device()).unwrap();
+    let p = rows(enc.encode_passages(&["a dog"]).unwrap().embeddings);
+    assert!(max_abs_diff(&p[0], &single(&reference, "passage: a dog")) < 1e-5);
+    let q = rows(enc.encode_queries(&[("news", "cats")]).unwrap().embeddings);
+    // Default template, query first: prefix + "{query} {instruction}".
+    assert!(max_abs_diff(&q[0], &single(&reference, "query: cats find news")) < 1e-5);
+}
+
+#[test]
+fn dedupe_keeps_first_seen_order() {
+    let (u, idx) = dedupe(vec![
+        "b".into(),
+        "a".into(),
+        "b".into(),
+        "c".into(),
+        "a".into(),
+    ]);
+    assert_eq!(u, vec!["b", "a", "c"]);
+    assert_eq!(idx, vec![0, 1, 0, 2, 1]);
+}
+
+#[test]
+fn encoder_config_rejects_unknown_fields_and_zero_lengths() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("enc.json");
+    std::fs::write(&path, "{\n  \"query_max_lenght\": 10\n}").unwrap();
+    let msg = EncoderConfig::from_file(&path).unwrap_err().to_string();
+    assert!(msg.contains("enc.json"), "{msg}");
+    std::fs::write(&path, r#"{"passage_max_length": 0}"#).unwrap();
+    let msg = EncoderConfig::from_file(&path).unwrap_err().to_string();
+    assert!(msg.contains("passage_max_length"), "{msg}");
+    std::fs::write(
+        &path,
+        r#"{"interaction": {"type": "cross_attention", "kind": "vector", "learnable": true}, "towers": "separate"}"#,
+    )
+    .unwrap();
+    let cfg = EncoderConfig::from_file(&path).unwrap();
+    assert_eq!(cfg.towers, Towers::Separate);
+    assert_eq!(
+        cfg.interaction,
+        Interaction::CrossAttention(CrossAttentionConfig {
+            kind: CrossAttentionKind::Vector,
+            learnable: true
+        })
+    );
+}
+
+proptest! {
+    #[test]
+    fn sampled_rows_are_distinct_others_and_seeded(n in 2usize..20, seed in any::<u64>(), kk in 0usize..100) {
+        let k = 1 + kk % (n - 1);
+        let a = sample_other_rows(n, k, &mut ChaCha8Rng::seed_from_u64(seed)).unwrap();
+        let b = sample_other_rows(n, k, &mut ChaCha8Rng::seed_from_u64(seed)).unwrap();
+        prop_assert_eq!(&a, &b);
+        for (i, list) in a.iter().enumerate() {
+            prop_assert_eq!(list.len(), k);
+            let mut s = list.clone();
+            s.sort();
+            s.dedup();
+            prop_assert_eq!(s.len(), k);
+            prop_assert!(list.iter().all(|&j| j != i && j < n));
+        }
+        prop_assert!(sample_other_rows(n, n, &mut ChaCha8Rng::seed_from_u64(seed)).is_err());
+    }
+}

@@ -1,0 +1,185 @@
+//! A BM25 lexical baseline.
+//!
+//! FollowIR and the InF-IR paper report BM25 next to the neural retrievers: a lexical model reads the
+//! instruction as a bag of extra words, so it shows how far plain term matching gets on an
+//! instruction-following test. It is also what the quickstart runs when no model directory is given.
+//!
+//! Scoring is Okapi BM25 with Lucene's non-negative idf:
+//!
+//! ```text
+//! idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+//! score(q, d) = sum over query tokens t of idf(t) * tf(t, d) * (k1 + 1)
+//!                                        / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
+//! ```
+//!
+//! A query token that occurs twice counts twice (as Lucene's boolean query of term clauses does).
+//! Tokens are maximal runs of alphanumeric characters, lower-cased; there is no stemming and no stop
+//! list. Defaults `k1 = 0.9`, `b = 0.4` are Anserini's/Pyserini's.
+
+use std::collections::HashMap;
+
+/// BM25 parameters.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Bm25Config {
+    /// Term-frequency saturation.
+    pub k1: f32,
+    /// Length normalisation (0 = none, 1 = full).
+    pub b: f32,
+}
+
+impl Default for Bm25Config {
+    fn default() -> Self {
+        Self { k1: 0.9, b: 0.4 }
+    }
+}
+
+/// Splits text into lower-cased alphanumeric tokens.
+pub fn tokenize(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .map(str::to_lowercase)
+}
+
+/// An inverted index over a fixed corpus.
+#[derive(Debug, Clone)]
+pub struct Bm25Index {
+    config: Bm25Config,
+    /// term -> (document index, term frequency), document indices ascending.
+    postings: HashMap<String, Vec<(u32, u32)>>,
+    doc_len: Vec<u32>,
+    avg_len: f32,
+}
+
+impl Bm25Index {
+    /// Indexes `texts`; document `i` of the result is `texts[i]`.
+    pub fn new<'a>(texts: impl IntoIterator<Item = &'a str>, config: Bm25Config) -> Self {
+        let mut postings: HashMap<String, Vec<(u32, u32)>> = HashMap::new();
+        let mut doc_len = Vec::new();
+        for (i, text) in texts.into_iter().enumerate() {
+            let doc = u32::try_from(i).expect("corpus larger than u32::MAX documents");
+            let mut tf: HashMap<String, u32> = HashMap::new();
+            let mut len = 0u32;
+            for token in tokenize(text) {
+                *tf.entry(token).or_default() += 1;
+                len += 1;
+            }
+            for (term, count) in tf {
+                postings.entry(term).or_default().push((doc, count));
+            }
+            doc_len.push(len);
+        }
+        let total: u64 = doc_len.iter().map(|&l| u64::from(l)).sum();
+        let avg_len = if doc_len.is_empty() {
+            0.0
+        } else {
+            total as f32 / doc_len.len() as f32
+        };
+        Self {
+            config,
+            postings,
+            doc_len,
+            avg_len,
+        }
+    }
+
+    /// Number of indexed documents.
+    pub fn len(&self) -> usize {
+        self.doc_len.len()
+    }
+
+    /// Whether the index holds no document.
+    pub fn is_empty(&self) -> bool {
+        self.doc_len.is_empty()
+    }
+
+    /// The inverse document frequency of a (lower-cased) term.
+    pub fn idf(&self, term: &str) -> f32 {
+        let n = self.doc_len.len() as f32;
+        let df = self.postings.get(term).map_or(0, Vec::len) as f32;
+        (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+    }
+
+    /// The BM25 score of `query` against every document, in corpus order.
+    pub fn score_all(&self, query: &str) -> Vec<f32> {
+        let Bm25Config { k1, b } = self.config;
+        let mut scores = vec![0.0f32; self.doc_len.len()];
+        for token in tokenize(query) {
+            let Some(list) = self.postings.get(&token) else {
+                continue;
+            };
+            let idf = self.idf(&token);
+            for &(doc, tf) in list {
+                let tf = tf as f32;
+                let len = self.doc_len[doc as usize] as f32;
+                let norm = if self.avg_len > 0.0 {
+                    len / self.avg_len
+                } else {
+                    0.0
+                };
+                scores[doc as usize] += idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * norm));
+            }
+        }
+        scores
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// BM25 straight from the formula, document by document, in f64.
+    fn naive(docs: &[&str], query: &str, k1: f64, b: f64) -> Vec<f64> {
+        let toks: Vec<Vec<String>> = docs.iter().map(|d| tokenize(d).collect()).collect();
+        let n = docs.len() as f64;
+        let avg = toks.iter().map(Vec::len).sum::<usize>() as f64 / n;
+        toks.iter()
+            .map(|d| {
+                tokenize(query)
+                    .map(|t| {
+                        let df = toks.iter().filter(|x| x.contains(&t)).count() as f64;
+                        let tf = d.iter().filter(|x| **x == t).count() as f64;
+                        let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+                        idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * d.len() as f64 / avg))
+                    })
+                    .sum()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tokenizer_lowercases_and_splits_on_punctuation() {
+        let t: Vec<String> = tokenize("Hello, WORLD!  état-major 42").collect();
+        assert_eq!(t, ["hello", "world", "état", "major", "42"]);
+    }
+
+    #[test]
+    fn rarer_terms_weigh_more_and_absent_terms_score_zero() {
+        let docs = ["apple banana", "apple cherry", "apple"];
+        let index = Bm25Index::new(docs, Bm25Config::default());
+        assert!(index.idf("cherry") > index.idf("apple"));
+        let s = index.score_all("cherry durian");
+        assert_eq!(s[0], 0.0);
+        assert!(s[1] > 0.0);
+        assert_eq!(index.score_all("durian"), vec![0.0; 3]);
+    }
+
+    proptest! {
+        #[test]
+        fn matches_the_formula(
+            docs in proptest::collection::vec("[abcde ]{0,30}", 1..12),
+            query in "[abcdef ]{0,12}",
+            k1 in 0.1f64..2.0,
+            b in 0.0f64..1.0,
+        ) {
+            let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
+            let cfg = Bm25Config { k1: k1 as f32, b: b as f32 };
+            let got = Bm25Index::new(refs.iter().copied(), cfg).score_all(&query);
+            let want = naive(&refs, &query, k1, b);
+            for (g, w) in got.iter().zip(&want) {
+                let w = if w.is_nan() { 0.0 } else { *w };
+                prop_assert!((f64::from(*g) - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+            }
+        }
+    }
+}

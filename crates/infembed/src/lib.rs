@@ -1,0 +1,38 @@
+//! # infembed
+//!
+//! Instruction-following retrieval in Rust: the InF-IR data format and the InF-Embed training
+//! objectives of "Towards Better Instruction Following Retrieval Models", with FollowIR-style
+//! evaluation.
+//!
+//! This facade re-exports the workspace crates and adds the retrieval and evaluation harness:
+//! - [`data`]: InF-IR records, training rows, evaluation sets and their loaders;
+//! - [`metrics`]: trec_eval-exact IR measures and FollowIR's p-MRR;
+//! - [`encoder`]: HF checkpoints on burn, pooling, instruction-query interactions;
+//! - [`losses`]: the univariate and multivariate marginal InfoNCE objectives on burn tensors;
+//! - [`Retriever`] and [`run_queries`]: anything that scores queries against a corpus, and its runs;
+//! - [`evaluate_followir`] / [`evaluate_retrieval`]: reports for instruction-following and ad hoc
+//!   retrieval tests;
+//! - [`synth`]: the InF-IR synthesis pipeline against any OpenAI-compatible server;
+//! - [`lexical`]: a BM25 baseline; [`EncoderRetriever`]: dense retrieval with an encoder.
+//!
+//! The `infembed` binary wraps these (`infembed eval --help`).
+
+pub mod dense;
+pub mod error;
+pub mod evaluate;
+pub mod lexical;
+pub mod retrieve;
+
+pub use infembed_data as data;
+pub use infembed_encoder as encoder;
+pub use infembed_losses as losses;
+pub use infembed_metrics as metrics;
+pub use infembed_synth as synth;
+
+pub use dense::EncoderRetriever;
+pub use error::{Error, Result};
+pub use evaluate::{
+    EvalConfig, FollowIrOutcome, FollowIrReport, RetrievalOutcome, RetrievalReport,
+    evaluate_followir, evaluate_retrieval,
+};
+pub use retrieve::{Bm25Retriever, Depth, QUERY_BATCH, QueryRequest, Retriever, run_queries};

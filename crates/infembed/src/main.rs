@@ -1,0 +1,309 @@
+//! The `infembed` command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::Device;
+use clap::{Args, Parser, Subcommand};
+use infembed::data::{self, Collection, QueryTemplate};
+use infembed::encoder::EncoderConfig;
+use infembed::lexical::Bm25Config;
+use infembed::metrics::{EvalOptions, Measure, Qrels, Run, TieBreak, evaluate_with};
+use infembed::{
+    Bm25Retriever, EncoderRetriever, EvalConfig, FollowIrReport, RetrievalReport, Retriever,
+    evaluate_followir, evaluate_retrieval,
+};
+
+#[derive(Parser)]
+#[command(
+    name = "infembed",
+    version,
+    about = "Instruction-following retrieval: evaluation and tools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Evaluate a retriever on an instruction-following or ad hoc retrieval test.
+    Eval(Box<EvalArgs>),
+    /// trec_eval-compatible evaluation of a TREC run file against a TREC qrels file.
+    TrecEval(TrecEvalArgs),
+    /// Synthesize InF-IR records from (query, passage) pairs with an OpenAI-compatible LLM server.
+    Synth(SynthArgs),
+}
+
+#[derive(Args)]
+struct SynthArgs {
+    /// The synthesis config (TOML or JSON); see docs/synthesis.md.
+    #[arg(long)]
+    config: PathBuf,
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("set").required(true)
+    .args(["data", "beir", "followir", "collection"])))]
+struct EvalArgs {
+    /// An InF-IR-format JSONL (or Parquet) file: the held-out instruction-following test of
+    /// data/inf-ir-sample/README.md is built from it (p-MRR, nDCG, MAP, MRR, pairwise accuracy).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Distractor passages (JSONL with passage_id, passage) added to the --data corpus.
+    #[arg(long, requires = "data")]
+    distractors: Option<PathBuf>,
+    /// A BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv).
+    #[arg(long)]
+    beir: Option<PathBuf>,
+    /// A FollowIR folder in its published layout (re-ranks top_ranked when present).
+    #[arg(long)]
+    followir: Option<PathBuf>,
+    /// A classic collection from the shared data: cacm, cisi, cranfield, vaswani, msmarco-subset.
+    #[arg(long)]
+    collection: Option<String>,
+    /// Where the shared data lives (default: $INFEMBED_SHARED_DATA, else ../shared/data).
+    #[arg(long)]
+    shared_data: Option<PathBuf>,
+    /// The qrels split of a BEIR or FollowIR folder.
+    #[arg(long, default_value = "test")]
+    split: String,
+    /// A model directory (Hugging Face / sentence-transformers layout, or saved by infembed), e.g.
+    /// models/all-MiniLM-L6-v2 after `cargo xtask fetch-model`. Without it, the BM25 baseline runs.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Encoder config JSON (towers, interaction, template, max lengths, prefixes); with --model.
+    #[arg(long, requires = "model")]
+    encoder_config: Option<PathBuf>,
+    /// BM25 query template with {Q} (query) and {I} (instruction). A model's template is part of
+    /// its encoder config.
+    #[arg(long, default_value = QueryTemplate::DEFAULT, conflicts_with = "model")]
+    template: String,
+    /// BM25 k1 (the lexical baseline).
+    #[arg(long, default_value_t = Bm25Config::default().k1)]
+    k1: f32,
+    /// BM25 b (the lexical baseline).
+    #[arg(long, default_value_t = Bm25Config::default().b)]
+    b: f32,
+    /// Documents kept per query for ad hoc retrieval runs.
+    #[arg(long, default_value_t = 1000)]
+    depth: usize,
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write TREC run files into this folder.
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct TrecEvalArgs {
+    /// TREC qrels file (query 0 doc label).
+    qrels: PathBuf,
+    /// TREC run file (query Q0 doc rank score tag).
+    run: PathBuf,
+    /// Comma-separated measures in trec_eval names (default: trec_eval's standard set).
+    #[arg(short, long)]
+    measures: Option<String>,
+    /// Also print per-query values.
+    #[arg(short, long)]
+    q: bool,
+    /// Average over all judged queries (trec_eval -c).
+    #[arg(short, long)]
+    c: bool,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, leaving out a cause whose text the message before it
+/// already contains (the workspace's errors name their source in their own message).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Eval(args) => eval(&args),
+        Command::TrecEval(args) => trec_eval(&args),
+        Command::Synth(args) => synth(&args),
+    }
+}
+
+fn eval(args: &EvalArgs) -> Result<()> {
+    let config = EvalConfig {
+        depth: args.depth,
+        ..EvalConfig::default()
+    };
+    let mut retriever: Box<dyn Retriever> = match &args.model {
+        Some(dir) => {
+            let encoder_config = match &args.encoder_config {
+                Some(path) => EncoderConfig::from_file(path)?,
+                None => EncoderConfig::default(),
+            };
+            Box::new(EncoderRetriever::from_dir(
+                dir,
+                encoder_config,
+                &Device::default(),
+            )?)
+        }
+        None => {
+            let template = QueryTemplate::new(&args.template)?;
+            Box::new(Bm25Retriever::new(
+                Bm25Config {
+                    k1: args.k1,
+                    b: args.b,
+                },
+                template,
+            ))
+        }
+    };
+    let retriever: &mut dyn Retriever = retriever.as_mut();
+
+    if let Some(path) = &args.data {
+        let records = data::read_records(path, data::ReadMode::Strict)?.records;
+        let distractors = match &args.distractors {
+            Some(p) => data::read_distractors(p)?,
+            None => Vec::new(),
+        };
+        let name = path
+            .file_stem()
+            .map_or("data".into(), |s| s.to_string_lossy().into_owned());
+        let set = data::build_heldout(&name, &records, &distractors)?;
+        let outcome = evaluate_followir(&set, retriever, &config)?;
+        write_runs(
+            args,
+            &[("og", &outcome.og_run), ("changed", &outcome.changed_run)],
+        )?;
+        return print_followir(&outcome.report, args.json);
+    }
+    if let Some(dir) = &args.followir {
+        let set = data::load_followir(dir, &args.split)?;
+        let outcome = evaluate_followir(&set, retriever, &config)?;
+        write_runs(
+            args,
+            &[("og", &outcome.og_run), ("changed", &outcome.changed_run)],
+        )?;
+        return print_followir(&outcome.report, args.json);
+    }
+    let set = if let Some(dir) = &args.beir {
+        data::load_beir(dir, &args.split)?
+    } else if let Some(name) = &args.collection {
+        let collection = Collection::from_folder(name).with_context(|| {
+            format!("unknown collection `{name}` (cacm, cisi, cranfield, vaswani, msmarco-subset)")
+        })?;
+        let root = match &args.shared_data {
+            Some(dir) => dir.clone(),
+            None => data::shared_data_dir(".").context(
+                "shared data not found: pass --shared-data DIR or set INFEMBED_SHARED_DATA",
+            )?,
+        };
+        collection.load_from_root(&root)?
+    } else {
+        bail!("give one of --data, --beir, --followir, --collection");
+    };
+    let outcome = evaluate_retrieval(&set, retriever, &config)?;
+    write_runs(args, &[("run", &outcome.run)])?;
+    print_retrieval(&outcome.report, args.json)
+}
+
+fn write_runs(args: &EvalArgs, runs: &[(&str, &Run)]) -> Result<()> {
+    let Some(dir) = &args.run_dir else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (name, run) in runs {
+        let path = dir.join(format!("{name}.trec"));
+        run.write(&path, TieBreak::DocIdDescending)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn print_followir(r: &FollowIrReport, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(r)?);
+        return Ok(());
+    }
+    println!(
+        "{} | {} | {} queries, {} documents",
+        r.name, r.retriever, r.n_queries, r.n_docs
+    );
+    println!("  p-MRR                 {:>7.2}", r.p_mrr);
+    println!("  nDCG@5   (original)   {:>7.2}", r.ndcg_at_5);
+    println!("  nDCG@10  (original)   {:>7.2}", r.ndcg_at_10);
+    println!("  MAP@1000 (original)   {:>7.2}", r.map_at_1000);
+    println!("  MRR@10   (original)   {:>7.2}", r.mrr_at_10);
+    println!("  nDCG@10  (changed)    {:>7.2}", r.changed_ndcg_at_10);
+    match r.pairwise_accuracy {
+        Some(a) => println!("  pairwise accuracy     {a:>7.2}"),
+        None => println!("  pairwise accuracy         n/a"),
+    }
+    Ok(())
+}
+
+fn print_retrieval(r: &RetrievalReport, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(r)?);
+        return Ok(());
+    }
+    println!(
+        "{} | {} | {} queries, {} documents",
+        r.name, r.retriever, r.n_queries, r.n_docs
+    );
+    println!("  nDCG@10     {:>7.2}", r.ndcg_at_10);
+    println!("  MAP@1000    {:>7.2}", r.map_at_1000);
+    println!("  MRR@10      {:>7.2}", r.mrr_at_10);
+    println!("  P@10        {:>7.2}", r.p_at_10);
+    println!("  Recall@100  {:>7.2}", r.recall_at_100);
+    Ok(())
+}
+
+fn trec_eval(args: &TrecEvalArgs) -> Result<()> {
+    let qrels = Qrels::read(&args.qrels)?;
+    let run = Run::read(&args.run)?;
+    let measures = match &args.measures {
+        Some(list) => Measure::parse_list(list)?,
+        None => Measure::trec_eval_all(),
+    };
+    let options = EvalOptions {
+        complete: args.c,
+        ..EvalOptions::default()
+    };
+    let evaluation = evaluate_with(&qrels, &run, &measures, &options)?;
+    let stdout = std::io::stdout();
+    evaluation.write_trec_eval(stdout.lock(), args.q)?;
+    Ok(())
+}
+
+fn synth(args: &SynthArgs) -> Result<()> {
+    let config = infembed_synth::SynthConfig::from_file(&args.config)?;
+    let mut progress = infembed_synth::StderrProgress::default();
+    let report = infembed_synth::run(&config, &mut progress)?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    if report.this_run.failed > 0 {
+        bail!(
+            "{} pairs failed (see failure_samples); rerun to retry them",
+            report.this_run.failed
+        );
+    }
+    Ok(())
+}

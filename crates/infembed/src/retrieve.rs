@@ -1,0 +1,318 @@
+//! Retrieval: anything that scores query strings against a corpus, and turning its scores into runs.
+
+use std::collections::HashMap;
+
+use infembed_metrics::{Run, TieBreak};
+
+use infembed_data::QueryTemplate;
+
+use crate::error::{Error, Result};
+use crate::lexical::{Bm25Config, Bm25Index};
+
+/// One query as a retriever sees it: the bare query and, separately, its instruction. How the two
+/// are combined (one templated string, or encoded apart and combined by cross-attention) is the
+/// retriever's business.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryRequest {
+    /// The query id (for runs).
+    pub id: String,
+    /// The bare query text.
+    pub query: String,
+    /// The instruction, if any.
+    pub instruction: Option<String>,
+}
+
+/// A retrieval model seen from the evaluation harness: it indexes corpus texts once, then scores
+/// batches of queries against every indexed document.
+///
+/// Higher scores mean more relevant. Implementations may batch, cache or parallelise internally;
+/// the harness calls [`Retriever::score`] with batches of at most [`QUERY_BATCH`] queries.
+pub trait Retriever {
+    /// A short name for reports and run tags.
+    fn name(&self) -> String;
+    /// Indexes `corpus` (replacing any previous index); document `i` is `corpus[i]`.
+    fn index(&mut self, corpus: &[&str]) -> Result<()>;
+    /// Scores each query against every indexed document: one vector of corpus length per query.
+    fn score(&mut self, queries: &[QueryRequest]) -> Result<Vec<Vec<f32>>>;
+}
+
+/// How many queries the harness hands a [`Retriever`] at once.
+pub const QUERY_BATCH: usize = 64;
+
+/// BM25 as a [`Retriever`]: an (instruction, query) pair is scored as the one string its
+/// [`QueryTemplate`] makes of it.
+#[derive(Debug, Clone, Default)]
+pub struct Bm25Retriever {
+    config: Bm25Config,
+    template: QueryTemplate,
+    index: Option<Bm25Index>,
+}
+
+impl Bm25Retriever {
+    /// A BM25 retriever with the given parameters and query template.
+    pub fn new(config: Bm25Config, template: QueryTemplate) -> Self {
+        Self {
+            config,
+            template,
+            index: None,
+        }
+    }
+}
+
+impl Retriever for Bm25Retriever {
+    fn name(&self) -> String {
+        format!("bm25(k1={},b={})", self.config.k1, self.config.b)
+    }
+
+    fn index(&mut self, corpus: &[&str]) -> Result<()> {
+        self.index = Some(Bm25Index::new(corpus.iter().copied(), self.config));
+        Ok(())
+    }
+
+    fn score(&mut self, queries: &[QueryRequest]) -> Result<Vec<Vec<f32>>> {
+        let index = self.index.as_ref().ok_or_else(|| Error::Empty {
+            what: "the BM25 index (score called before index)".to_string(),
+        })?;
+        Ok(queries
+            .iter()
+            .map(|q| index.score_all(&self.template.render(&q.query, q.instruction.as_deref())))
+            .collect())
+    }
+}
+
+/// Which documents a query's run keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// Every corpus document (exact ranks over the whole corpus, as the held-out protocol asks).
+    All,
+    /// The `k` best documents under the tie rule.
+    TopK(usize),
+}
+
+/// Scores `queries` against a corpus of `doc_ids` already indexed by `retriever`, and
+/// returns a run. With `candidates`, each query is scored only over its listed documents
+/// (re-ranking, as FollowIR does with `top_ranked`); queries without a list get the whole corpus.
+///
+/// Top-k selection uses `tie` (score descending, ties by document id), so the kept documents are
+/// exactly the first `k` of the full ranking.
+pub fn run_queries(
+    retriever: &mut dyn Retriever,
+    doc_ids: &[String],
+    queries: &[QueryRequest],
+    depth: Depth,
+    candidates: Option<&HashMap<String, Vec<String>>>,
+    tie: TieBreak,
+) -> Result<Run> {
+    let position: HashMap<&str, usize> = doc_ids
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (d.as_str(), i))
+        .collect();
+    let mut run = Run::new();
+    run.set_tag(retriever.name());
+    for chunk in queries.chunks(QUERY_BATCH) {
+        let scores = retriever.score(chunk)?;
+        if scores.len() != chunk.len() {
+            return Err(Error::ScoreRows {
+                retriever: retriever.name(),
+                expected: chunk.len(),
+                got: scores.len(),
+            });
+        }
+        for (qi, (request, row)) in chunk.iter().zip(scores).enumerate() {
+            let qid = &request.id;
+            if row.len() != doc_ids.len() {
+                return Err(Error::ScoreShape {
+                    retriever: retriever.name(),
+                    query: qi,
+                    expected: doc_ids.len(),
+                    got: row.len(),
+                });
+            }
+            let mut entries: Vec<(usize, f64)> = match candidates.and_then(|c| c.get(qid)) {
+                Some(list) => list
+                    .iter()
+                    .map(|d| {
+                        position
+                            .get(d.as_str())
+                            .map(|&i| (i, f64::from(row[i])))
+                            .ok_or_else(|| Error::UnknownCandidate {
+                                query: qid.clone(),
+                                doc: d.clone(),
+                            })
+                    })
+                    .collect::<Result<_>>()?,
+                None => row
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &s)| (i, f64::from(s)))
+                    .collect(),
+            };
+            if let Some(&(i, _)) = entries.iter().find(|(_, s)| s.is_nan()) {
+                return Err(Error::NanScore {
+                    retriever: retriever.name(),
+                    query: qid.clone(),
+                    doc: doc_ids[i].clone(),
+                });
+            }
+            if let Depth::TopK(k) = depth
+                && k < entries.len()
+            {
+                let cmp = |a: &(usize, f64), b: &(usize, f64)| {
+                    tie.compare(tie.key(a.1), &doc_ids[a.0], tie.key(b.1), &doc_ids[b.0])
+                };
+                entries.select_nth_unstable_by(k, cmp);
+                entries.truncate(k);
+            }
+            run.insert_query(qid.clone(), entries.iter().map(|&(i, s)| (&doc_ids[i], s)))?;
+        }
+    }
+    Ok(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scores document i as `table[query][i]`, where the query text is its index.
+    struct Table(Vec<Vec<f32>>);
+
+    impl Retriever for Table {
+        fn name(&self) -> String {
+            "table".into()
+        }
+        fn index(&mut self, _: &[&str]) -> Result<()> {
+            Ok(())
+        }
+        fn score(&mut self, queries: &[QueryRequest]) -> Result<Vec<Vec<f32>>> {
+            Ok(queries
+                .iter()
+                .map(|q| self.0[q.query.parse::<usize>().unwrap()].clone())
+                .collect())
+        }
+    }
+
+    fn ids(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("d{i}")).collect()
+    }
+
+    #[test]
+    fn top_k_keeps_exactly_the_head_of_the_full_ranking() {
+        let scores = vec![vec![0.5, 0.9, 0.5, 0.1, 0.5, 0.7]];
+        let docs = ids(6);
+        let q = vec![QueryRequest {
+            id: "q".into(),
+            query: "0".into(),
+            instruction: None,
+        }];
+        let full = run_queries(
+            &mut Table(scores.clone()),
+            &docs,
+            &q,
+            Depth::All,
+            None,
+            TieBreak::TrecEval,
+        )
+        .unwrap();
+        let full_rank: Vec<String> = full
+            .query("q")
+            .unwrap()
+            .ranking(TieBreak::TrecEval)
+            .iter()
+            .map(|r| r.doc.to_string())
+            .collect();
+        for k in 0..=6 {
+            let top = run_queries(
+                &mut Table(scores.clone()),
+                &docs,
+                &q,
+                Depth::TopK(k),
+                None,
+                TieBreak::TrecEval,
+            )
+            .unwrap();
+            let mut kept: Vec<String> = top
+                .query("q")
+                .unwrap()
+                .iter()
+                .map(|(d, _)| d.to_string())
+                .collect();
+            kept.sort();
+            let mut want = full_rank[..k].to_vec();
+            want.sort();
+            assert_eq!(kept, want, "k = {k}");
+        }
+    }
+
+    #[test]
+    fn candidates_restrict_and_unknown_candidates_are_errors() {
+        let docs = ids(3);
+        let q = vec![QueryRequest {
+            id: "q".into(),
+            query: "0".into(),
+            instruction: None,
+        }];
+        let cands = HashMap::from([("q".to_string(), vec!["d2".to_string(), "d0".to_string()])]);
+        let run = run_queries(
+            &mut Table(vec![vec![1.0, 2.0, 3.0]]),
+            &docs,
+            &q,
+            Depth::All,
+            Some(&cands),
+            TieBreak::TrecEval,
+        )
+        .unwrap();
+        assert_eq!(run.query("q").unwrap().len(), 2);
+        assert_eq!(run.query("q").unwrap().score_of("d1"), None);
+        let bad = HashMap::from([("q".to_string(), vec!["d9".to_string()])]);
+        let err = run_queries(
+            &mut Table(vec![vec![1.0, 2.0, 3.0]]),
+            &docs,
+            &q,
+            Depth::All,
+            Some(&bad),
+            TieBreak::TrecEval,
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::UnknownCandidate { .. }), "{err}");
+    }
+
+    #[test]
+    fn wrong_score_shapes_and_nan_are_errors() {
+        let q = vec![QueryRequest {
+            id: "q".into(),
+            query: "0".into(),
+            instruction: None,
+        }];
+        let err = run_queries(
+            &mut Table(vec![vec![1.0]]),
+            &ids(2),
+            &q,
+            Depth::All,
+            None,
+            TieBreak::TrecEval,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::ScoreShape {
+                    expected: 2,
+                    got: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = run_queries(
+            &mut Table(vec![vec![f32::NAN]]),
+            &ids(1),
+            &q,
+            Depth::All,
+            None,
+            TieBreak::TrecEval,
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::NanScore { .. }), "{err}");
+    }
+}

