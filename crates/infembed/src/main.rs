@@ -238,43 +238,58 @@ fn write_runs(args: &EvalArgs, runs: &[(&str, &Run)]) -> Result<()> {
     Ok(())
 }
 
-fn print_followir(r: &FollowIrReport, json: bool) -> Result<()> {
+/// Prints a report as one JSON object, or as a header line and a table of labelled values
+/// (`None` prints as n/a).
+fn print_report(
+    report: &impl serde::Serialize,
+    json: bool,
+    header: String,
+    rows: &[(&str, Option<f64>)],
+) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string(r)?);
+        println!("{}", serde_json::to_string(report)?);
         return Ok(());
     }
-    println!(
-        "{} | {} | {} queries, {} documents",
-        r.name, r.retriever, r.n_queries, r.n_docs
-    );
-    println!("  p-MRR                 {:>7.2}", r.p_mrr);
-    println!("  nDCG@5   (original)   {:>7.2}", r.ndcg_at_5);
-    println!("  nDCG@10  (original)   {:>7.2}", r.ndcg_at_10);
-    println!("  MAP@1000 (original)   {:>7.2}", r.map_at_1000);
-    println!("  MRR@10   (original)   {:>7.2}", r.mrr_at_10);
-    println!("  nDCG@10  (changed)    {:>7.2}", r.changed_ndcg_at_10);
-    match r.pairwise_accuracy {
-        Some(a) => println!("  pairwise accuracy     {a:>7.2}"),
-        None => println!("  pairwise accuracy         n/a"),
+    println!("{header}");
+    for (label, value) in rows {
+        match value {
+            Some(v) => println!("  {label:<22}{v:>7.2}"),
+            None => println!("  {label:<22}{:>7}", "n/a"),
+        }
     }
     Ok(())
 }
 
-fn print_retrieval(r: &RetrievalReport, json: bool) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string(r)?);
-        return Ok(());
-    }
-    println!(
+fn print_followir(r: &FollowIrReport, json: bool) -> Result<()> {
+    let header = format!(
         "{} | {} | {} queries, {} documents",
         r.name, r.retriever, r.n_queries, r.n_docs
     );
-    println!("  nDCG@10     {:>7.2}", r.ndcg_at_10);
-    println!("  MAP@1000    {:>7.2}", r.map_at_1000);
-    println!("  MRR@10      {:>7.2}", r.mrr_at_10);
-    println!("  P@10        {:>7.2}", r.p_at_10);
-    println!("  Recall@100  {:>7.2}", r.recall_at_100);
-    Ok(())
+    let rows = [
+        ("p-MRR", Some(r.p_mrr)),
+        ("nDCG@5   (original)", Some(r.ndcg_at_5)),
+        ("nDCG@10  (original)", Some(r.ndcg_at_10)),
+        ("MAP@1000 (original)", Some(r.map_at_1000)),
+        ("MRR@10   (original)", Some(r.mrr_at_10)),
+        ("nDCG@10  (changed)", Some(r.changed_ndcg_at_10)),
+        ("pairwise accuracy", r.pairwise_accuracy),
+    ];
+    print_report(r, json, header, &rows)
+}
+
+fn print_retrieval(r: &RetrievalReport, json: bool) -> Result<()> {
+    let header = format!(
+        "{} | {} | {} queries, {} documents",
+        r.name, r.retriever, r.n_queries, r.n_docs
+    );
+    let rows = [
+        ("nDCG@10", Some(r.ndcg_at_10)),
+        ("MAP@1000", Some(r.map_at_1000)),
+        ("MRR@10", Some(r.mrr_at_10)),
+        ("P@10", Some(r.p_at_10)),
+        ("Recall@100", Some(r.recall_at_100)),
+    ];
+    print_report(r, json, header, &rows)
 }
 
 fn trec_eval(args: &TrecEvalArgs) -> Result<()> {
