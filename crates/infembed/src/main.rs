@@ -238,19 +238,22 @@ fn write_runs(args: &EvalArgs, runs: &[(&str, &Run)]) -> Result<()> {
     Ok(())
 }
 
+/// What every report's header line names: set, retriever, query and document counts.
+type Header<'a> = (&'a str, &'a str, usize, usize);
+
 /// Prints a report as one JSON object, or as a header line and a table of labelled values
 /// (`None` prints as n/a).
 fn print_report(
     report: &impl serde::Serialize,
     json: bool,
-    header: String,
+    (name, retriever, n_queries, n_docs): Header<'_>,
     rows: &[(&str, Option<f64>)],
 ) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string(report)?);
         return Ok(());
     }
-    println!("{header}");
+    println!("{name} | {retriever} | {n_queries} queries, {n_docs} documents");
     for (label, value) in rows {
         match value {
             Some(v) => println!("  {label:<22}{v:>7.2}"),
@@ -261,10 +264,7 @@ fn print_report(
 }
 
 fn print_followir(r: &FollowIrReport, json: bool) -> Result<()> {
-    let header = format!(
-        "{} | {} | {} queries, {} documents",
-        r.name, r.retriever, r.n_queries, r.n_docs
-    );
+    let header = (r.name.as_str(), r.retriever.as_str(), r.n_queries, r.n_docs);
     let rows = [
         ("p-MRR", Some(r.p_mrr)),
         ("nDCG@5   (original)", Some(r.ndcg_at_5)),
@@ -278,10 +278,7 @@ fn print_followir(r: &FollowIrReport, json: bool) -> Result<()> {
 }
 
 fn print_retrieval(r: &RetrievalReport, json: bool) -> Result<()> {
-    let header = format!(
-        "{} | {} | {} queries, {} documents",
-        r.name, r.retriever, r.n_queries, r.n_docs
-    );
+    let header = (r.name.as_str(), r.retriever.as_str(), r.n_queries, r.n_docs);
     let rows = [
         ("nDCG@10", Some(r.ndcg_at_10)),
         ("MAP@1000", Some(r.map_at_1000)),
