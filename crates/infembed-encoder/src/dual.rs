@@ -369,32 +369,7 @@ impl DualEncoder {
         instruction_rows: &[Vec<usize>],
     ) -> Result<BatchEmbeddings> {
         let n = rows.len();
-        if n == 0 {
-            return Err(Error::InvalidBatch("empty batch".into()));
-        }
-        if instruction_rows.len() != n {
-            return Err(Error::InvalidBatch(format!(
-                "{} instruction lists for {n} rows",
-                instruction_rows.len()
-            )));
-        }
-        let k = instruction_rows[0].len();
-        if k == 0 {
-            return Err(Error::InvalidBatch("K must be at least 1".into()));
-        }
-        for (i, list) in instruction_rows.iter().enumerate() {
-            if list.len() != k {
-                return Err(Error::InvalidBatch(format!(
-                    "row {i} has {} instruction negatives, row 0 has {k}",
-                    list.len()
-                )));
-            }
-            if let Some(&bad) = list.iter().find(|&&j| j >= n) {
-                return Err(Error::InvalidBatch(format!(
-                    "row {i}: instruction row {bad} out of range (batch of {n})"
-                )));
-            }
-        }
+        let k = check_instruction_rows(n, instruction_rows)?;
         let passages: Vec<&str> = rows.iter().map(|r| r.passage).collect();
         let p = self.encode_passages(&passages)?;
         let mut passage_texts = passages.clone();
@@ -420,6 +395,103 @@ impl DualEncoder {
             texts_encoded: passage_texts.len() + encoded,
             truncated: p.truncated + truncated,
         })
+    }
+
+    /// The distinct texts behind a training batch under Interaction I, and where each
+    /// embedding of [`BatchEmbeddings`] comes from, so that a caller can embed the texts in
+    /// chunks of its choosing (GradCache) and rebuild exactly what
+    /// [`encode_batch_with`](Self::encode_batch_with) returns.
+    ///
+    /// Every list of `instruction_rows` empty (K = 0) gives the own pairs only. Fails with
+    /// [`Error::InvalidBatch`] for Interaction II (its query embeddings are not a function of
+    /// one text each) and for malformed `instruction_rows`.
+    pub fn batch_texts(
+        &self,
+        rows: &[BatchRow<'_>],
+        instruction_rows: &[Vec<usize>],
+    ) -> Result<BatchTexts> {
+        let n = rows.len();
+        // K = 0 (every list empty) asks for the own pairs only.
+        let k =
+            if n > 0 && instruction_rows.len() == n && instruction_rows.iter().all(Vec::is_empty) {
+                0
+            } else {
+                check_instruction_rows(n, instruction_rows)?
+            };
+        let cfg = &self.config;
+        let Interaction::SelfAttention { template, .. } = &cfg.interaction else {
+            return Err(Error::InvalidBatch(
+                "text-level batch embedding needs Interaction I (self_attention)".into(),
+            ));
+        };
+        let passages: Vec<String> = rows
+            .iter()
+            .map(|r| format!("{}{}", cfg.passage_prefix, r.passage))
+            .collect();
+        let (passages, passage_index) = dedupe(passages);
+        let mut wanted: Vec<(usize, usize)> = (0..n).map(|i| (i, i)).collect();
+        for (i, list) in instruction_rows.iter().enumerate() {
+            wanted.extend(list.iter().map(|&j| (j, i)));
+        }
+        let queries: Vec<String> = wanted
+            .iter()
+            .map(|&(i, q)| {
+                let instruction = format!("{}{}", cfg.instruction_prefix, rows[i].instruction);
+                format!(
+                    "{}{}",
+                    cfg.query_prefix,
+                    template.render(&instruction, rows[q].query)
+                )
+            })
+            .collect();
+        let (queries, query_index) = dedupe(queries);
+        Ok(BatchTexts {
+            passages,
+            passage_index,
+            queries,
+            query_index,
+            k,
+        })
+    }
+
+    /// Embeds already-prefixed passage texts with the passage tower, one forward pass per
+    /// `encode_batch_size` texts (sorted by length): `[N, d]`, L2-normalized, input order.
+    pub fn embed_passage_texts(&self, texts: &[&str]) -> Result<Encoded> {
+        let (v, truncated) = self
+            .passage_embedder()
+            .pooled_sorted(texts, self.config.encode_batch_size)?;
+        Ok(Encoded {
+            embeddings: l2_normalize(v),
+            truncated,
+        })
+    }
+
+    /// Embeds already-rendered query-side texts with the query tower (as
+    /// [`embed_passage_texts`](Self::embed_passage_texts)).
+    pub fn embed_query_texts(&self, texts: &[&str]) -> Result<Encoded> {
+        let (v, truncated) = self
+            .query_embedder()
+            .pooled_sorted(texts, self.config.encode_batch_size)?;
+        Ok(Encoded {
+            embeddings: l2_normalize(v),
+            truncated,
+        })
+    }
+
+    /// The same encoder with other weights on another device (for example the trained
+    /// weights, or `model.valid()` on the inner device for evaluation during training).
+    pub fn with_model(&self, model: DualEncoderModel, device: &Device) -> Self {
+        Self {
+            model,
+            tokenizer: self.tokenizer.clone(),
+            config: self.config.clone(),
+            arch: self.arch.clone(),
+            st_config: self.st_config.clone(),
+            pooling: self.pooling,
+            source_dir: self.source_dir.clone(),
+            device: device.clone(),
+            truncations: self.truncations.clone(),
+        }
     }
 
     /// Embeds the `wanted` (instruction index, query index) combinations, L2-normalized, in
@@ -493,6 +565,54 @@ impl DualEncoder {
         let v: Vec<i64> = index.iter().map(|&i| i as i64).collect();
         Tensor::from_data(TensorData::new(v, [index.len()]), &self.device)
     }
+}
+
+/// What [`DualEncoder::batch_texts`] returns: distinct texts and, for every embedding of a
+/// [`BatchEmbeddings`], the index of its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchTexts {
+    /// Distinct prefixed passages.
+    pub passages: Vec<String>,
+    /// Row i's passage is `passages[passage_index[i]]` (length N).
+    pub passage_index: Vec<usize>,
+    /// Distinct rendered query-side texts.
+    pub queries: Vec<String>,
+    /// Length `N (K + 1)`: first the N own pairs (`iq`), then row by row the K instruction
+    /// negatives (`iq_instr` flattened), each an index into `queries`.
+    pub query_index: Vec<usize>,
+    /// Instruction negatives per row.
+    pub k: usize,
+}
+
+/// Checks explicit instruction negatives for a batch of `n` rows; returns K.
+fn check_instruction_rows(n: usize, instruction_rows: &[Vec<usize>]) -> Result<usize> {
+    if n == 0 {
+        return Err(Error::InvalidBatch("empty batch".into()));
+    }
+    if instruction_rows.len() != n {
+        return Err(Error::InvalidBatch(format!(
+            "{} instruction lists for {n} rows",
+            instruction_rows.len()
+        )));
+    }
+    let k = instruction_rows[0].len();
+    if k == 0 {
+        return Err(Error::InvalidBatch("K must be at least 1".into()));
+    }
+    for (i, list) in instruction_rows.iter().enumerate() {
+        if list.len() != k {
+            return Err(Error::InvalidBatch(format!(
+                "row {i} has {} instruction negatives, row 0 has {k}",
+                list.len()
+            )));
+        }
+        if let Some(&bad) = list.iter().find(|&&j| j >= n) {
+            return Err(Error::InvalidBatch(format!(
+                "row {i}: instruction row {bad} out of range (batch of {n})"
+            )));
+        }
+    }
+    Ok(k)
 }
 
 /// Distinct strings in first-seen order, and for each input its index among them.

@@ -48,7 +48,8 @@ mod weights;
 pub use backbone::{Backbone, BackboneInput};
 pub use config::{ArchitectureConfig, SentenceTransformersConfig};
 pub use dual::{
-    BatchEmbeddings, BatchRow, DualEncoder, DualEncoderModel, EncoderConfig, Interaction, Towers,
+    BatchEmbeddings, BatchRow, BatchTexts, DualEncoder, DualEncoderModel, EncoderConfig,
+    Interaction, Towers,
 };
 pub use encoder::{Encoded, TextEncoder, TokenStates, tensor_rows};
 pub use error::{Error, Result};

@@ -1,0 +1,487 @@
+//! [`TrainConfig`]: one file (TOML or JSON) that describes a whole training run.
+//!
+//! Every key, its default and the paper's setting are listed in `docs/training.md`;
+//! `examples/configs/` holds ready configs. [`TrainConfig::from_file`] parses and validates,
+//! so a bad config fails before any model is loaded.
+
+use std::path::{Path, PathBuf};
+
+use infembed_encoder::{EncoderConfig, Interaction};
+use infembed_losses::{LossConfig, ObjectiveKind, Variable};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// A complete training run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    /// The backbone: a local Hugging Face / sentence-transformers model directory.
+    pub model: PathBuf,
+    /// Where checkpoints, the final model (`final/`), `history.jsonl` and the plot go.
+    pub output_dir: PathBuf,
+    /// Seed of every random choice (data order, instruction negatives).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Passes over the training records.
+    #[serde(default = "default_epochs")]
+    pub epochs: usize,
+    /// Stop after this many optimizer steps (for smoke runs); `None` = all epochs.
+    #[serde(default)]
+    pub max_steps: Option<usize>,
+    /// Training and development data.
+    pub data: DataConfig,
+    /// Pooling, interaction, towers, maximum lengths and prefixes of the dual encoder.
+    #[serde(default)]
+    pub encoder: EncoderConfig,
+    /// The objective (default: the paper's recommendation, multivariate over P and I).
+    #[serde(default = "default_loss")]
+    pub loss: LossConfig,
+    /// AdamW, learning-rate schedule and gradient clipping.
+    #[serde(default)]
+    pub optimizer: OptimizerConfig,
+    /// Batch size, accumulation, GradCache and duplicate masking.
+    #[serde(default)]
+    pub batch: BatchConfig,
+    /// When to evaluate on the development set.
+    #[serde(default)]
+    pub eval: EvalSchedule,
+    /// When to write checkpoints.
+    #[serde(default)]
+    pub checkpoint: CheckpointConfig,
+}
+
+/// Where the records come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    /// InF-IR-format training records (JSONL or Parquet).
+    pub train: PathBuf,
+    /// InF-IR-format development records, evaluated with the held-out FollowIR protocol.
+    #[serde(default)]
+    pub dev: Option<PathBuf>,
+    /// Distractor passages added to the development corpus (JSONL with `id`, `text`).
+    #[serde(default)]
+    pub distractors: Option<PathBuf>,
+    /// Skip malformed records (reported) instead of failing on the first one.
+    #[serde(default)]
+    pub lenient: bool,
+}
+
+/// AdamW with a linear (or constant) schedule, as Hugging Face's trainer applies it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizerConfig {
+    /// Peak learning rate (paper: 5e-5).
+    #[serde(default = "default_lr")]
+    pub lr: f64,
+    /// Decoupled weight decay (torch's AdamW default 0.01).
+    #[serde(default = "default_weight_decay")]
+    pub weight_decay: f32,
+    /// Adam's beta1.
+    #[serde(default = "default_beta1")]
+    pub beta1: f32,
+    /// Adam's beta2.
+    #[serde(default = "default_beta2")]
+    pub beta2: f32,
+    /// Adam's epsilon (torch's default 1e-8).
+    #[serde(default = "default_epsilon")]
+    pub epsilon: f32,
+    /// Linear warm-up steps; overrides `warmup_ratio` when set.
+    #[serde(default)]
+    pub warmup_steps: Option<usize>,
+    /// Linear warm-up as a fraction of all optimizer steps (rounded up).
+    #[serde(default)]
+    pub warmup_ratio: f64,
+    /// Learning rate after warm-up: linear decay to zero, or constant.
+    #[serde(default)]
+    pub schedule: Schedule,
+    /// Clip the global L2 norm of all gradients to this value (as torch's
+    /// `clip_grad_norm_`; Hugging Face's default 1.0); `None` disables clipping.
+    #[serde(default = "default_clip")]
+    pub max_grad_norm: Option<f32>,
+}
+
+/// Learning rate after warm-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    /// Linear decay from the peak to zero at the last step.
+    #[default]
+    Linear,
+    /// The peak until the end.
+    Constant,
+}
+
+/// How rows are grouped into optimizer steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchConfig {
+    /// InF-IR records per contrastive batch (each gives 3 rows; paper recipe: 4 -> 12 rows).
+    #[serde(default = "default_records")]
+    pub records: usize,
+    /// Contrastive batches whose gradients are summed (averaged) into one optimizer step.
+    /// In-batch negatives stay within each batch; use `grad_cache_chunk` to enlarge the
+    /// contrastive batch itself.
+    #[serde(default = "default_accumulation")]
+    pub accumulation: usize,
+    /// GradCache: embed at most this many texts per forward pass (first without a graph,
+    /// then again with one), so the contrastive batch is limited by the loss, not by
+    /// activation memory. `None` = one forward pass with a graph over the whole batch.
+    /// Needs Interaction I.
+    #[serde(default)]
+    pub grad_cache_chunk: Option<usize>,
+    /// Exclude negatives whose text equals the positive's (the same passage, instruction
+    /// or instruction-query pair twice in a batch) instead of counting them as false negatives.
+    #[serde(default = "default_true")]
+    pub mask_duplicates: bool,
+    /// Drop the last incomplete batch of an epoch (otherwise it is trained as a smaller batch).
+    #[serde(default)]
+    pub drop_last: bool,
+}
+
+/// When the development set is evaluated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSchedule {
+    /// Evaluate before the first step (the zero-shot baseline).
+    #[serde(default = "default_true")]
+    pub at_start: bool,
+    /// Evaluate every N optimizer steps; `None` = only at the end of each epoch.
+    #[serde(default)]
+    pub every_steps: Option<usize>,
+}
+
+/// When checkpoints are written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Every N optimizer steps (and always at the end); `None` = only at the end.
+    #[serde(default)]
+    pub every_steps: Option<usize>,
+    /// How many step checkpoints to keep (the newest).
+    #[serde(default = "default_keep")]
+    pub keep: usize,
+}
+
+fn default_seed() -> u64 {
+    42
+}
+fn default_epochs() -> usize {
+    1
+}
+fn default_loss() -> LossConfig {
+    LossConfig::new(ObjectiveKind::Multivariate, &[Variable::P, Variable::I])
+}
+fn default_lr() -> f64 {
+    5e-5
+}
+fn default_weight_decay() -> f32 {
+    0.01
+}
+fn default_beta1() -> f32 {
+    0.9
+}
+fn default_beta2() -> f32 {
+    0.999
+}
+fn default_epsilon() -> f32 {
+    1e-8
+}
+fn default_clip() -> Option<f32> {
+    Some(1.0)
+}
+fn default_records() -> usize {
+    4
+}
+fn default_accumulation() -> usize {
+    1
+}
+fn default_true() -> bool {
+    true
+}
+fn default_keep() -> usize {
+    2
+}
+
+impl Default for OptimizerConfig {
+    fn default() -> Self {
+        Self {
+            lr: default_lr(),
+            weight_decay: default_weight_decay(),
+            beta1: default_beta1(),
+            beta2: default_beta2(),
+            epsilon: default_epsilon(),
+            warmup_steps: None,
+            warmup_ratio: 0.0,
+            schedule: Schedule::Linear,
+            max_grad_norm: default_clip(),
+        }
+    }
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        Self {
+            records: default_records(),
+            accumulation: default_accumulation(),
+            grad_cache_chunk: None,
+            mask_duplicates: true,
+            drop_last: false,
+        }
+    }
+}
+
+impl Default for EvalSchedule {
+    fn default() -> Self {
+        Self {
+            at_start: true,
+            every_steps: None,
+        }
+    }
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            every_steps: None,
+            keep: default_keep(),
+        }
+    }
+}
+
+impl TrainConfig {
+    /// A config with defaults for everything but the paths.
+    pub fn new(
+        model: impl Into<PathBuf>,
+        train: impl Into<PathBuf>,
+        output_dir: impl Into<PathBuf>,
+    ) -> Self {
+        Self {
+            model: model.into(),
+            output_dir: output_dir.into(),
+            seed: default_seed(),
+            epochs: default_epochs(),
+            max_steps: None,
+            data: DataConfig {
+                train: train.into(),
+                dev: None,
+                distractors: None,
+                lenient: false,
+            },
+            encoder: EncoderConfig::default(),
+            loss: default_loss(),
+            optimizer: OptimizerConfig::default(),
+            batch: BatchConfig::default(),
+            eval: EvalSchedule::default(),
+            checkpoint: CheckpointConfig::default(),
+        }
+    }
+
+    /// Reads a `.toml` or `.json` file (by extension), resolves relative paths against the
+    /// current directory (as the command line does), and validates it.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let cfg: Self = match ext.as_str() {
+            "toml" => toml::from_str(&text).map_err(|e| Error::ConfigParse {
+                path: path.to_path_buf(),
+                message: toml_message(&text, &e),
+            })?,
+            "json" => serde_json::from_str(&text).map_err(|e| Error::ConfigParse {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?,
+            _ => {
+                return Err(Error::ConfigParse {
+                    path: path.to_path_buf(),
+                    message: "the file name must end in .toml or .json".into(),
+                });
+            }
+        };
+        cfg.validate_at(path)?;
+        Ok(cfg)
+    }
+
+    /// Checks every value and that the input paths exist.
+    pub fn validate(&self) -> Result<()> {
+        self.validate_at(Path::new("<TrainConfig>"))
+    }
+
+    fn validate_at(&self, path: &Path) -> Result<()> {
+        let bad = |field: &str, problem: &str| Err(Error::config(path, field, problem));
+        if self.epochs == 0 {
+            return bad("epochs", "must be at least 1");
+        }
+        if self.max_steps == Some(0) {
+            return bad("max_steps", "must be at least 1 (or absent)");
+        }
+        let o = &self.optimizer;
+        if !(o.lr.is_finite() && o.lr > 0.0) {
+            return bad("optimizer.lr", "must be a positive number");
+        }
+        if !(o.weight_decay.is_finite() && o.weight_decay >= 0.0) {
+            return bad("optimizer.weight_decay", "must be >= 0");
+        }
+        for (field, beta) in [("optimizer.beta1", o.beta1), ("optimizer.beta2", o.beta2)] {
+            if !(0.0..1.0).contains(&beta) {
+                return bad(field, "must be in [0, 1)");
+            }
+        }
+        if !(o.epsilon.is_finite() && o.epsilon > 0.0) {
+            return bad("optimizer.epsilon", "must be positive");
+        }
+        if !(0.0..1.0).contains(&o.warmup_ratio) {
+            return bad("optimizer.warmup_ratio", "must be in [0, 1)");
+        }
+        if let Some(c) = o.max_grad_norm
+            && !(c.is_finite() && c > 0.0)
+        {
+            return bad(
+                "optimizer.max_grad_norm",
+                "must be positive (remove the key to disable clipping)",
+            );
+        }
+        let b = &self.batch;
+        if b.records == 0 {
+            return bad("batch.records", "must be at least 1");
+        }
+        if b.accumulation == 0 {
+            return bad("batch.accumulation", "must be at least 1");
+        }
+        if b.grad_cache_chunk == Some(0) {
+            return bad("batch.grad_cache_chunk", "must be at least 1 (or absent)");
+        }
+        if b.grad_cache_chunk.is_some()
+            && !matches!(self.encoder.interaction, Interaction::SelfAttention { .. })
+        {
+            return bad(
+                "batch.grad_cache_chunk",
+                "needs encoder.interaction.type = \"self_attention\" (Interaction II \
+                 combines token states after the backbone, so it trains without GradCache)",
+            );
+        }
+        if self.eval.every_steps == Some(0) {
+            return bad("eval.every_steps", "must be at least 1 (or absent)");
+        }
+        if self.checkpoint.every_steps == Some(0) {
+            return bad("checkpoint.every_steps", "must be at least 1 (or absent)");
+        }
+        if self.checkpoint.keep == 0 {
+            return bad("checkpoint.keep", "must be at least 1");
+        }
+        if let Interaction::SelfAttention {
+            instruction_negatives: Some(k),
+            ..
+        } = self.encoder.interaction
+            && k + 1 > 3 * b.records
+        {
+            return bad(
+                "encoder.interaction.instruction_negatives",
+                &format!(
+                    "is {k}, but a batch of {} records has only {} other rows",
+                    b.records,
+                    3 * b.records - 1
+                ),
+            );
+        }
+        if 3 * b.records < 2 {
+            return bad("batch.records", "a batch needs at least 2 rows");
+        }
+        self.loss.init()?;
+        if !self.model.is_dir() {
+            return Err(Error::Missing {
+                path: self.model.clone(),
+                what: "model directory (`model`)",
+                fix: "run `cargo xtask fetch-model` or point `model` at a local Hugging Face directory",
+            });
+        }
+        for (p, what) in [
+            (Some(&self.data.train), "training data (`data.train`)"),
+            (self.data.dev.as_ref(), "development data (`data.dev`)"),
+            (
+                self.data.distractors.as_ref(),
+                "distractor passages (`data.distractors`)",
+            ),
+        ] {
+            if let Some(p) = p
+                && !p.is_file()
+            {
+                return Err(Error::Missing {
+                    path: p.clone(),
+                    what,
+                    fix: "check the path (relative paths are read from the current directory)",
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The toml error on one line, with its line and column.
+fn toml_message(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimal_toml_gets_the_paper_defaults() {
+        let cfg: TrainConfig =
+            toml::from_str("model = \"m\"\noutput_dir = \"o\"\n[data]\ntrain = \"t.jsonl\"\n")
+                .unwrap();
+        assert_eq!(cfg.optimizer.lr, 5e-5);
+        assert_eq!(cfg.batch.records, 4);
+        assert_eq!(cfg.loss.kind, ObjectiveKind::Multivariate);
+        assert_eq!(cfg.loss.terms, vec![Variable::P, Variable::I]);
+        assert_eq!(cfg.seed, 42);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let err = toml::from_str::<TrainConfig>(
+            "model = \"m\"\noutput_dir = \"o\"\nlearning_rate = 1\n[data]\ntrain = \"t\"\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("learning_rate"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let mut cfg = TrainConfig::new(".", "Cargo.toml", "out");
+        cfg.optimizer.lr = -1.0;
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("optimizer.lr"), "{err}");
+        let mut cfg = TrainConfig::new(".", "Cargo.toml", "out");
+        cfg.batch.records = 0;
+        assert!(
+            cfg.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("batch.records")
+        );
+        let mut cfg = TrainConfig::new("/nonexistent/model", "Cargo.toml", "out");
+        cfg.epochs = 1;
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("/nonexistent/model") && err.contains("fetch-model"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,129 @@
+//! The optimizer side: burn-optim's AdamW, the learning-rate schedule, and global-norm
+//! gradient clipping.
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
+use burn::tensor::Tensor;
+
+use crate::config::{OptimizerConfig, Schedule};
+
+/// burn-optim's AdamW with the config's betas, epsilon and decoupled weight decay.
+///
+/// Clipping is not delegated to burn-optim: its `GradientClipping::Norm` clips each
+/// parameter tensor on its own, while [`clip_global_norm`] scales all gradients together as
+/// torch's `clip_grad_norm_` (and so sentence-transformers) does.
+pub fn adamw(config: &OptimizerConfig) -> ModuleOptimizer {
+    AdamWConfig::new()
+        .with_beta_1(config.beta1)
+        .with_beta_2(config.beta2)
+        .with_epsilon(config.epsilon)
+        .with_weight_decay(config.weight_decay)
+        .init()
+}
+
+/// Warm-up steps for `total` optimizer steps: `warmup_steps`, else `ceil(ratio * total)`.
+pub fn warmup_steps(config: &OptimizerConfig, total: usize) -> usize {
+    config
+        .warmup_steps
+        .unwrap_or_else(|| (config.warmup_ratio * total as f64).ceil() as usize)
+}
+
+/// The learning rate of optimizer step `step` (0-based) out of `total`, as Hugging Face's
+/// `get_linear_schedule_with_warmup` / `get_constant_schedule_with_warmup` give it:
+/// `lr * step / W` during the `W` warm-up steps, then `lr * (T - step) / (T - W)` (linear)
+/// or `lr` (constant).
+pub fn learning_rate(config: &OptimizerConfig, step: usize, total: usize) -> f64 {
+    let w = warmup_steps(config, total);
+    if step < w {
+        return config.lr * step as f64 / w.max(1) as f64;
+    }
+    match config.schedule {
+        Schedule::Constant => config.lr,
+        Schedule::Linear => {
+            let left = total.saturating_sub(step) as f64;
+            let span = total.saturating_sub(w).max(1) as f64;
+            config.lr * (left / span).max(0.0)
+        }
+    }
+}
+
+struct SquaredNorm<'a> {
+    grads: &'a GradientsParams,
+    sum: Option<Tensor<1>>,
+}
+
+impl ModuleVisitor for SquaredNorm<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(g) = self.grads.get::<D>(param.id) {
+            let s = g.square().sum();
+            self.sum = Some(match self.sum.take() {
+                Some(acc) => acc + s,
+                None => s,
+            });
+        }
+    }
+}
+
+struct Scale<'a> {
+    grads: &'a mut GradientsParams,
+    factor: f64,
+}
+
+impl ModuleVisitor for Scale<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(g) = self.grads.remove::<D>(param.id) {
+            self.grads.register(param.id, g.mul_scalar(self.factor));
+        }
+    }
+}
+
+/// The global L2 norm of the gradients of `module`'s parameters.
+pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
+    let mut v = SquaredNorm { grads, sum: None };
+    module.visit(&mut v);
+    v.sum
+        .map_or(0.0, |s| f64::from(s.into_scalar::<f32>().max(0.0)).sqrt())
+}
+
+/// Multiplies every gradient of `module`'s parameters by `factor`.
+pub fn scale_grads<M: Module>(module: &M, grads: &mut GradientsParams, factor: f64) {
+    let mut v = Scale { grads, factor };
+    module.visit(&mut v);
+}
+
+/// Scales the gradients so that their global L2 norm is at most `max_norm` (torch's
+/// `clip_grad_norm_`, with its `1e-6` guard). Returns the norm before clipping.
+pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_norm: f32) -> f64 {
+    let norm = global_norm(module, grads);
+    let coef = f64::from(max_norm) / (norm + 1e-6);
+    if coef < 1.0 {
+        scale_grads(module, grads, coef);
+    }
+    norm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_matches_the_hugging_face_formula() {
+        let mut cfg = OptimizerConfig {
+            warmup_steps: Some(10),
+            ..OptimizerConfig::default()
+        };
+        let lr = cfg.lr;
+        assert_eq!(learning_rate(&cfg, 0, 110), 0.0);
+        assert!((learning_rate(&cfg, 5, 110) - lr * 0.5).abs() < 1e-15);
+        assert!((learning_rate(&cfg, 10, 110) - lr).abs() < 1e-15);
+        assert!((learning_rate(&cfg, 60, 110) - lr * 0.5).abs() < 1e-15);
+        assert_eq!(learning_rate(&cfg, 110, 110), 0.0);
+        cfg.warmup_steps = None;
+        assert_eq!(learning_rate(&cfg, 0, 4), lr);
+        assert!((learning_rate(&cfg, 3, 4) - lr / 4.0).abs() < 1e-15);
+        cfg.schedule = Schedule::Constant;
+        assert_eq!(learning_rate(&cfg, 3, 4), lr);
+        cfg.warmup_ratio = 0.1;
+        assert_eq!(warmup_steps(&cfg, 25), 3);
+    }
+}

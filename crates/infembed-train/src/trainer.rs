@@ -1,0 +1,552 @@
+//! [`Trainer`]: the training loop.
+//!
+//! One optimizer step = `batch.accumulation` contrastive batches of `batch.records` records
+//! (3 rows each); each batch's loss is computed over its own rows only (in-batch negatives
+//! never cross batches or devices), its gradient weighted by `1 / accumulation`, the sum
+//! clipped to `optimizer.max_grad_norm` (global L2 norm) and applied by AdamW at the
+//! scheduled learning rate. The trainable model implements burn-train's
+//! [`TrainStep`](burn::train::TrainStep) (see [`crate::learner`]); this loop keeps the
+//! optimizer itself so that a checkpoint holds its state together with the data position.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::optim::{GradientsAccumulator, ModuleOptimizer};
+use burn::store::ModuleRecord;
+use burn::tensor::{Bytes, Device};
+use infembed_data::{InfIrRecord, ReadMode, read_records};
+use infembed_encoder::{DualEncoder, DualEncoderModel};
+use infembed_losses::{ContrastiveLoss, Variable};
+
+use crate::batch::{TrainBatch, epoch_batches};
+use crate::checkpoint::{self, HistoryEntry, TrainState};
+use crate::config::TrainConfig;
+use crate::error::{Error, Result};
+use crate::optim::{adamw, clip_global_norm, learning_rate};
+use crate::step::{full_batch_step, grad_cache_step};
+
+/// Evaluates the model on development data during training.
+pub trait DevEvaluator {
+    /// Scores `encoder` (weights in validation mode on a plain device) and returns named
+    /// metrics, for example `("p_mrr", 26.3)`; they are logged, kept in the history and
+    /// plotted.
+    fn evaluate(
+        &mut self,
+        encoder: &DualEncoder,
+    ) -> std::result::Result<Vec<(String, f64)>, Box<dyn std::error::Error + Send + Sync>>;
+}
+
+/// What a finished (or stopped) run reports.
+#[derive(Debug, Clone)]
+pub struct TrainSummary {
+    /// Optimizer steps done.
+    pub steps: usize,
+    /// Rows trained on by this process (resumed steps excluded).
+    pub rows: usize,
+    /// Seconds spent in training steps by this process.
+    pub seconds: f64,
+    /// Loss and metric history of the whole run.
+    pub history: Vec<HistoryEntry>,
+    /// Where the final model was saved (`None` when stopped before the end).
+    pub final_dir: Option<PathBuf>,
+}
+
+impl TrainSummary {
+    /// Training rows per second of this process.
+    pub fn rows_per_second(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.rows as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A training run: config, data, model, optimizer and progress.
+pub struct Trainer {
+    config: TrainConfig,
+    config_json: serde_json::Value,
+    records: Vec<InfIrRecord>,
+    encoder: DualEncoder,
+    optim: ModuleOptimizer,
+    loss: ContrastiveLoss,
+    needs_instructions: bool,
+    state: TrainState,
+    evaluator: Option<Box<dyn DevEvaluator>>,
+    quiet: bool,
+}
+
+impl std::fmt::Debug for Trainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer")
+            .field("config", &self.config)
+            .field("records", &self.records.len())
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Optimizer steps per epoch for `n` records.
+pub fn steps_per_epoch(config: &TrainConfig, n: usize) -> usize {
+    let b = &config.batch;
+    let batches = if b.drop_last {
+        n / b.records
+    } else {
+        n.div_ceil(b.records)
+    };
+    batches.div_ceil(b.accumulation)
+}
+
+impl Trainer {
+    /// Validates the config, reads the training records and loads the model on `device`
+    /// (a plain device such as `Device::flex()`; autodiff is added here).
+    pub fn new(config: TrainConfig, device: &Device) -> Result<Self> {
+        config.validate()?;
+        let mode = if config.data.lenient {
+            ReadMode::Lenient
+        } else {
+            ReadMode::Strict
+        };
+        let set = read_records(&config.data.train, mode)?;
+        if !set.skipped.is_empty() {
+            eprintln!(
+                "warning: {}: skipped {} malformed record(s) at {:?}",
+                config.data.train.display(),
+                set.skipped.len(),
+                set.skipped_locations()
+            );
+        }
+        let records = set.records;
+        if records.is_empty() {
+            return Err(Error::Data {
+                path: config.data.train.clone(),
+                problem: "holds no training record".into(),
+            });
+        }
+        if config.batch.drop_last && records.len() < config.batch.records {
+            return Err(Error::Data {
+                path: config.data.train.clone(),
+                problem: format!(
+                    "{} record(s) do not fill one batch of {} with batch.drop_last",
+                    records.len(),
+                    config.batch.records
+                ),
+            });
+        }
+        let loss = config.loss.init()?;
+        let needs_instructions = loss.objective().variables().contains(Variable::I);
+        let plain = device.clone().inner();
+        let loaded = DualEncoder::from_dir(&config.model, config.encoder.clone(), &plain)?;
+        let encoder = loaded.with_model(loaded.model.clone().train(), &plain.autodiff());
+        let optim = adamw(&config.optimizer);
+        let per_epoch = steps_per_epoch(&config, records.len());
+        let total = config.max_steps.map_or(per_epoch * config.epochs, |m| {
+            m.min(per_epoch * config.epochs)
+        });
+        // Through text, as the checkpoint stores it (f32 values then compare equal).
+        let config_json: serde_json::Value = serde_json::to_string(&config)
+            .and_then(|s| serde_json::from_str(&s))
+            .map_err(|e| Error::Config {
+                path: PathBuf::from("<TrainConfig>"),
+                field: "<root>".into(),
+                problem: format!("does not serialize: {e}"),
+            })?;
+        let state = TrainState {
+            step: 0,
+            epoch: 0,
+            step_in_epoch: 0,
+            seed: config.seed,
+            total_steps: total,
+            history: Vec::new(),
+            config: config_json.clone(),
+        };
+        Ok(Self {
+            config,
+            config_json,
+            records,
+            encoder,
+            optim,
+            loss,
+            needs_instructions,
+            state,
+            evaluator: None,
+            quiet: false,
+        })
+    }
+
+    /// Adds a development-set evaluator.
+    pub fn with_evaluator(mut self, evaluator: Box<dyn DevEvaluator>) -> Self {
+        self.evaluator = Some(evaluator);
+        self
+    }
+
+    /// Silences the progress lines (errors still propagate).
+    pub fn quiet(mut self, quiet: bool) -> Self {
+        self.quiet = quiet;
+        self
+    }
+
+    /// The config.
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+
+    /// Progress so far.
+    pub fn state(&self) -> &TrainState {
+        &self.state
+    }
+
+    /// Number of training records.
+    pub fn num_records(&self) -> usize {
+        self.records.len()
+    }
+
+    /// The current weights in validation mode on the plain device (for evaluation or saving).
+    pub fn encoder(&self) -> DualEncoder {
+        let plain = self.encoder.device().clone().inner();
+        self.encoder.with_model(self.encoder.model.valid(), &plain)
+    }
+
+    /// The trainable modules (on the autodiff device).
+    pub fn model(&self) -> &DualEncoderModel {
+        &self.encoder.model
+    }
+
+    /// Restores the newest checkpoint of `output_dir`, if there is one. Returns whether it
+    /// did. Fails when the checkpoint was written under a different config (other than
+    /// `max_steps`, `eval`, `checkpoint`).
+    pub fn resume(&mut self) -> Result<bool> {
+        let Some(loaded) = checkpoint::load_latest(&self.config.output_dir)? else {
+            return Ok(false);
+        };
+        let diff = checkpoint::config_differences(&loaded.state.config, &self.config_json);
+        if !diff.is_empty() {
+            return Err(Error::checkpoint(
+                &loaded.dir,
+                format!(
+                    "was written under another config (keys {}); use a new output_dir or the \
+                     same config",
+                    diff.join(", ")
+                ),
+            ));
+        }
+        let path = loaded.dir.join("model.bpk");
+        let record =
+            ModuleRecord::from_bytes(Bytes::from_bytes_vec(loaded.model)).map_err(|source| {
+                Error::Record {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        let model = self.encoder.model.clone().load_record(record);
+        self.encoder = self
+            .encoder
+            .with_model(model, &self.encoder.device().clone());
+        let opath = loaded.dir.join("optimizer.bpk");
+        self.optim = self
+            .optim
+            .clone()
+            .from_bytes(Bytes::from_bytes_vec(loaded.optimizer))
+            .map_err(|source| Error::Record {
+                path: opath,
+                source,
+            })?;
+        let total = self.state.total_steps;
+        self.state = loaded.state;
+        self.state.total_steps = total;
+        self.state.config = self.config_json.clone();
+        self.log(&format!(
+            "resumed from {} at step {}/{} (epoch {}, {} step(s) into it)",
+            loaded.dir.display(),
+            self.state.step,
+            total,
+            self.state.epoch + 1,
+            self.state.step_in_epoch
+        ));
+        Ok(true)
+    }
+
+    /// Writes a checkpoint of the current state now.
+    pub fn save_checkpoint(&self) -> Result<PathBuf> {
+        let root = checkpoint::checkpoints_dir(&self.config.output_dir);
+        let model = self
+            .encoder
+            .model
+            .clone()
+            .into_record()
+            .into_bytes()
+            .map_err(|source| Error::Record {
+                path: root.clone(),
+                source,
+            })?;
+        let optim = self.optim.into_bytes().map_err(|source| Error::Record {
+            path: root.clone(),
+            source,
+        })?;
+        checkpoint::save(
+            &self.config.output_dir,
+            &self.state,
+            &model,
+            &optim,
+            self.config.checkpoint.keep,
+        )
+    }
+
+    fn log(&self, line: &str) {
+        if !self.quiet {
+            eprintln!("{line}");
+        }
+    }
+
+    fn evaluate(&mut self, loss: Option<f64>, lr: Option<f64>) -> Result<()> {
+        let encoder = self.encoder();
+        let step = self.state.step;
+        let metrics = match self.evaluator.as_mut() {
+            Some(ev) => {
+                let t = Instant::now();
+                let m = ev
+                    .evaluate(&encoder)
+                    .map_err(|source| Error::Eval { step, source })?;
+                let shown: Vec<String> = m.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
+                self.log(&format!(
+                    "eval  step {step:>5}: {} ({:.1} s)",
+                    shown.join(", "),
+                    t.elapsed().as_secs_f64()
+                ));
+                m
+            }
+            None => Vec::new(),
+        };
+        if loss.is_some() || !metrics.is_empty() {
+            self.state.history.push(HistoryEntry {
+                step,
+                loss,
+                lr,
+                metrics,
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs to the end (all epochs, or `max_steps`), evaluating and checkpointing as
+    /// configured, then saves the model to `<output_dir>/final` and the history to
+    /// `<output_dir>/history.json`.
+    pub fn run(&mut self) -> Result<TrainSummary> {
+        self.run_until(None)
+    }
+
+    /// As [`run`](Self::run), but returns after optimizer step `stop_after` (once its
+    /// checkpoint, if one was due, is written) without saving a final model: a stand-in for
+    /// a crash in resume tests.
+    pub fn run_until(&mut self, stop_after: Option<usize>) -> Result<TrainSummary> {
+        let total = self.state.total_steps;
+        let n = self.records.len();
+        let per_epoch = steps_per_epoch(&self.config, n);
+        let rows_per_batch = 3 * self.config.batch.records;
+        if self.state.step == 0 && self.config.eval.at_start && self.evaluator.is_some() {
+            self.evaluate(None, None)?;
+        }
+        self.log(&format!(
+            "training {} on {} records ({} rows): {} epoch(s) x {} step(s) = {} optimizer steps, \
+             {} row(s) per batch x {} accumulation, loss {:?} {:?}",
+            self.config.model.display(),
+            n,
+            3 * n,
+            self.config.epochs,
+            per_epoch,
+            total,
+            rows_per_batch,
+            self.config.batch.accumulation,
+            self.config.loss.kind,
+            self.config.loss.terms,
+        ));
+        let tty = std::io::stderr().is_terminal();
+        let started = Instant::now();
+        let mut rows_done = 0usize;
+        let mut window_loss = 0.0f64;
+        let mut window_steps = 0usize;
+        let mut stopped = false;
+        'epochs: while self.state.epoch < self.config.epochs && self.state.step < total {
+            let epoch = self.state.epoch;
+            let batches = epoch_batches(
+                n,
+                self.config.batch.records,
+                self.config.batch.drop_last,
+                self.config.seed,
+                epoch,
+            );
+            let groups: Vec<&[Vec<usize>]> =
+                batches.chunks(self.config.batch.accumulation).collect();
+            while self.state.step_in_epoch < groups.len() {
+                let group = groups[self.state.step_in_epoch];
+                let step = self.state.step;
+                let (loss, rows) = self.optimizer_step(group, step, total)?;
+                rows_done += rows;
+                window_loss += f64::from(loss);
+                window_steps += 1;
+                let lr = learning_rate(&self.config.optimizer, step, total);
+                self.state.step += 1;
+                self.state.step_in_epoch += 1;
+                let done = self.state.step;
+                let secs = started.elapsed().as_secs_f64();
+                let line = format!(
+                    "train step {done:>5}/{total} epoch {}/{} loss {loss:.4} lr {lr:.3e} \
+                     rows/s {:.1}",
+                    epoch + 1,
+                    self.config.epochs,
+                    rows_done as f64 / secs.max(1e-9)
+                );
+                if tty && !self.quiet {
+                    eprint!("\r{line}   ");
+                    if done == total || done % 10 == 0 {
+                        eprintln!();
+                    }
+                } else {
+                    self.log(&line);
+                }
+                let end_of_epoch = self.state.step_in_epoch == groups.len();
+                let eval_due = match self.config.eval.every_steps {
+                    Some(k) => done % k == 0 || done == total,
+                    None => end_of_epoch || done == total,
+                };
+                if eval_due {
+                    let mean = window_loss / window_steps.max(1) as f64;
+                    window_loss = 0.0;
+                    window_steps = 0;
+                    self.evaluate(Some(mean), Some(lr))?;
+                }
+                if end_of_epoch {
+                    self.state.epoch += 1;
+                    self.state.step_in_epoch = 0;
+                }
+                let ckpt_due = self
+                    .config
+                    .checkpoint
+                    .every_steps
+                    .is_some_and(|k| done % k == 0)
+                    || done == total;
+                if ckpt_due {
+                    let dir = self.save_checkpoint()?;
+                    self.log(&format!("checkpoint {}", dir.display()));
+                }
+                if stop_after.is_some_and(|s| done >= s) {
+                    stopped = true;
+                    break 'epochs;
+                }
+                if done >= total {
+                    break 'epochs;
+                }
+            }
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let mut final_dir = None;
+        if !stopped {
+            let dir = self.config.output_dir.join("final");
+            self.encoder().save(&dir)?;
+            self.log(&format!("saved the trained model to {}", dir.display()));
+            final_dir = Some(dir);
+            self.write_history()?;
+        }
+        Ok(TrainSummary {
+            steps: self.state.step,
+            rows: rows_done,
+            seconds,
+            history: self.state.history.clone(),
+            final_dir,
+        })
+    }
+
+    fn write_history(&self) -> Result<()> {
+        let path = self.config.output_dir.join("history.json");
+        let json = serde_json::to_vec_pretty(&self.state.history)
+            .map_err(|e| Error::checkpoint(&path, format!("history does not serialize: {e}")))?;
+        checkpoint::write_atomic(&path, &json)?;
+        let svg = crate::plot::history_svg(&self.state.history);
+        checkpoint::write_atomic(&self.config.output_dir.join("training.svg"), svg.as_bytes())
+    }
+
+    /// One optimizer step over `group` (one or more batches of record indices). Returns the
+    /// mean loss and the rows seen.
+    fn optimizer_step(
+        &mut self,
+        group: &[Vec<usize>],
+        step: usize,
+        total: usize,
+    ) -> Result<(f32, usize)> {
+        let weight = 1.0 / group.len() as f64;
+        let mut acc = GradientsAccumulator::<DualEncoderModel>::new();
+        let mut loss_sum = 0.0f32;
+        let mut rows = 0;
+        let acc_n = self.config.batch.accumulation as u64;
+        for (j, records) in group.iter().enumerate() {
+            let mut batch = TrainBatch::new(
+                &self.records,
+                records,
+                &self.config.encoder.interaction,
+                self.config.seed,
+                step as u64 * acc_n + j as u64,
+            )?;
+            if !self.needs_instructions {
+                for l in &mut batch.instruction_rows {
+                    l.clear();
+                }
+            }
+            rows += batch.rows.len();
+            let out = match self.config.batch.grad_cache_chunk {
+                Some(chunk) => grad_cache_step(
+                    &self.encoder,
+                    &batch,
+                    &self.loss,
+                    self.config.batch.mask_duplicates,
+                    weight,
+                    chunk,
+                )?,
+                None => full_batch_step(
+                    &self.encoder,
+                    &batch,
+                    &self.loss,
+                    self.config.batch.mask_duplicates,
+                    weight,
+                )?,
+            };
+            if !out.loss.is_finite() {
+                return Err(Error::NonFinite {
+                    step: step + 1,
+                    value: out.loss,
+                });
+            }
+            loss_sum += out.loss;
+            acc.accumulate(&self.encoder.model, out.grads);
+        }
+        let mut grads = acc.grads();
+        if let Some(max) = self.config.optimizer.max_grad_norm {
+            clip_global_norm(&self.encoder.model, &mut grads, max);
+        }
+        let lr = learning_rate(&self.config.optimizer, step, total);
+        let model = self.encoder.model.clone();
+        let model = self.optim.step(lr, model, grads);
+        self.encoder = self
+            .encoder
+            .with_model(model, &self.encoder.device().clone());
+        Ok((loss_sum / group.len() as f32, rows))
+    }
+}
+
+/// Reads the training config file and says where the output goes (for command-line tools).
+pub fn describe(config: &TrainConfig) -> String {
+    format!(
+        "model {} -> {} (seed {}, {} epoch(s), {} records per batch)",
+        config.model.display(),
+        config.output_dir.display(),
+        config.seed,
+        config.epochs,
+        config.batch.records
+    )
+}
+
+/// `true` when `dir` holds a finished run's final model.
+pub fn has_final_model(output_dir: &Path) -> bool {
+    output_dir.join("final").join("config.json").is_file()
+}

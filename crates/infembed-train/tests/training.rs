@@ -1,0 +1,428 @@
+//! Training on the tiny random BERT fixture of the encoder crate: GradCache equals the
+//! full-batch gradient, burn-train's step equals the trainer's, clipping matches a naive
+//! norm, runs are bit-identical for a seed, and a resumed run ends with the same weights as
+//! an uninterrupted one.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::GradientsParams;
+use burn::tensor::{Device, Tensor};
+use infembed_data::InfIrRecord;
+use infembed_encoder::{DualEncoder, DualEncoderModel, EncoderConfig, Interaction, Template};
+use infembed_losses::{LossConfig, ObjectiveKind, Variable};
+use infembed_train::learner::learner_grads;
+use infembed_train::optim::{clip_global_norm, global_norm};
+use infembed_train::step::{full_batch_step, grad_cache_step};
+use infembed_train::{InfEmbedLearnerModel, StepContext, TrainBatch, TrainConfig, Trainer};
+
+fn tiny_bert() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../infembed-encoder/tests/fixtures/tiny-bert")
+}
+
+/// burn's CPU backend has one random generator per process (dropout draws from it): tests
+/// that train hold this lock so that parallel tests do not interleave their draws.
+static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    RNG.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A copy of the tiny BERT with dropout probabilities set to 0 (in `dir`).
+fn tiny_bert_without_dropout(dir: &Path) -> PathBuf {
+    let out = dir.join("tiny-bert-no-dropout");
+    copy_dir(&tiny_bert(), &out);
+    let cfg_path = out.join("config.json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["hidden_dropout_prob"] = 0.0.into();
+    cfg["attention_probs_dropout_prob"] = 0.0.into();
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    out
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+const WORDS: [&str; 12] = [
+    "cat", "dog", "ocean", "ships", "news", "world", "mat", "models", "query", "hello", "find",
+    "recent",
+];
+
+fn text(seed: usize, len: usize) -> String {
+    (0..len)
+        .map(|i| WORDS[(seed * 7 + i * 5 + i * i) % WORDS.len()])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn records(n: usize) -> Vec<InfIrRecord> {
+    (0..n)
+        .map(|i| {
+            let shared = if i % 3 == 2 {
+                // A passage repeated across records: a duplicate to mask.
+                "the cat sat on the mat".to_string()
+            } else {
+                text(i, 6)
+            };
+            InfIrRecord::from_texts([
+                &text(i + 100, 3),
+                &format!("find {}", text(i + 200, 2)),
+                &shared,
+                &text(i + 300, 3),
+                &format!("find {}", text(i + 400, 2)),
+                &text(i + 500, 5),
+                &text(i + 600, 4),
+            ])
+            .unwrap()
+        })
+        .collect()
+}
+
+fn write_jsonl(path: &Path, records: &[InfIrRecord]) {
+    let mut f = std::fs::File::create(path).unwrap();
+    for r in records {
+        writeln!(f, "{}", r.to_json()).unwrap();
+    }
+}
+
+fn encoder_config() -> EncoderConfig {
+    EncoderConfig {
+        interaction: Interaction::SelfAttention {
+            template: Template::default(),
+            instruction_negatives: Some(4),
+        },
+        query_max_length: 48,
+        passage_max_length: 64,
+        encode_batch_size: 5,
+        ..EncoderConfig::default()
+    }
+}
+
+fn train_encoder() -> DualEncoder {
+    train_encoder_from(&tiny_bert())
+}
+
+fn train_encoder_from(dir: &Path) -> DualEncoder {
+    let plain = Device::flex();
+    let e = DualEncoder::from_dir(dir, encoder_config(), &plain).unwrap();
+    e.with_model(e.model.clone().train(), &plain.autodiff())
+}
+
+/// Every float parameter (or its gradient) as host values, in visit order.
+struct Collect<'a> {
+    grads: Option<&'a GradientsParams>,
+    out: Vec<Vec<f32>>,
+}
+
+impl ModuleVisitor for Collect<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let t = match self.grads {
+            Some(g) => match g.get::<D>(param.id) {
+                Some(t) => t,
+                None => {
+                    self.out.push(Vec::new());
+                    return;
+                }
+            },
+            None => param.val(),
+        };
+        self.out.push(
+            t.into_data()
+                .convert::<f32>()
+                .try_into_vec::<f32>()
+                .unwrap(),
+        );
+    }
+}
+
+fn grads_of(model: &DualEncoderModel, grads: &GradientsParams) -> Vec<Vec<f32>> {
+    let mut c = Collect {
+        grads: Some(grads),
+        out: Vec::new(),
+    };
+    model.visit(&mut c);
+    c.out
+}
+
+fn weights_of(model: &DualEncoderModel) -> Vec<Vec<f32>> {
+    let mut c = Collect {
+        grads: None,
+        out: Vec::new(),
+    };
+    model.visit(&mut c);
+    c.out
+}
+
+fn max_rel_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = a
+        .iter()
+        .flatten()
+        .fold(0f32, |m, v| m.max(v.abs()))
+        .max(1e-12);
+    a.iter()
+        .zip(b)
+        .flat_map(|(x, y)| {
+            assert_eq!(x.len(), y.len());
+            x.iter().zip(y).map(|(p, q)| (p - q).abs())
+        })
+        .fold(0f32, f32::max)
+        / scale
+}
+
+fn loss(kind: ObjectiveKind, terms: &[Variable]) -> infembed_losses::ContrastiveLoss {
+    LossConfig::new(kind, terms).init().unwrap()
+}
+
+#[test]
+fn grad_cache_gradients_equal_full_batch_gradients() {
+    let _guard = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let encoder = train_encoder_from(&tiny_bert_without_dropout(dir.path()));
+    let recs = records(4);
+    let batch = TrainBatch::new(&recs, &[0, 1, 2, 3], &encoder.config.interaction, 5, 0).unwrap();
+    for (kind, terms) in [
+        (ObjectiveKind::Multivariate, vec![Variable::P, Variable::I]),
+        (
+            ObjectiveKind::Univariate,
+            vec![Variable::P, Variable::I, Variable::Iq],
+        ),
+    ] {
+        let l = loss(kind, &terms);
+        let full = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
+        let full_g = grads_of(&encoder.model, &full.grads);
+        assert!(full_g.iter().any(|g| g.iter().any(|v| *v != 0.0)));
+        for chunk in [1, 4, 1000] {
+            let gc = grad_cache_step(&encoder, &batch, &l, true, 1.0, chunk).unwrap();
+            assert!(
+                (gc.loss - full.loss).abs() < 1e-5,
+                "{} vs {}",
+                gc.loss,
+                full.loss
+            );
+            let diff = max_rel_diff(&full_g, &grads_of(&encoder.model, &gc.grads));
+            assert!(
+                diff < 1e-4,
+                "{kind:?} chunk {chunk}: relative difference {diff}"
+            );
+        }
+    }
+}
+
+#[test]
+fn dropout_is_active_and_reproducible_per_batch_seed() {
+    let _guard = rng_lock();
+    let encoder = train_encoder();
+    let recs = records(3);
+    let mut batch = TrainBatch::new(&recs, &[0, 1, 2], &encoder.config.interaction, 1, 0).unwrap();
+    let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
+    let a = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
+    let b = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
+    assert_eq!(
+        grads_of(&encoder.model, &a.grads),
+        grads_of(&encoder.model, &b.grads)
+    );
+    batch.dropout_seed ^= 1;
+    let c = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
+    assert_ne!(a.loss, c.loss, "another dropout seed gave the same loss");
+    // GradCache is reproducible too (both passes replay the chunk seeds).
+    let g1 = grad_cache_step(&encoder, &batch, &l, true, 1.0, 4).unwrap();
+    let g2 = grad_cache_step(&encoder, &batch, &l, true, 1.0, 4).unwrap();
+    assert_eq!(
+        grads_of(&encoder.model, &g1.grads),
+        grads_of(&encoder.model, &g2.grads)
+    );
+}
+
+#[test]
+fn burn_train_step_equals_the_trainer_step() {
+    let _guard = rng_lock();
+    let encoder = train_encoder();
+    let recs = records(3);
+    let batch = TrainBatch::new(&recs, &[2, 0, 1], &encoder.config.interaction, 1, 3).unwrap();
+    let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
+    let full = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
+    let model = InfEmbedLearnerModel {
+        model: encoder.model.clone(),
+        context: StepContext {
+            encoder: encoder.clone(),
+            loss: l.clone(),
+            mask_duplicates: true,
+            grad_cache_chunk: None,
+        },
+    };
+    let lg = learner_grads(&model, batch);
+    let diff = max_rel_diff(
+        &grads_of(&encoder.model, &full.grads),
+        &grads_of(&encoder.model, &lg),
+    );
+    assert!(diff < 1e-6, "{diff}");
+}
+
+#[test]
+fn clipping_scales_to_the_naive_global_norm() {
+    let _guard = rng_lock();
+    let encoder = train_encoder();
+    let recs = records(2);
+    let batch = TrainBatch::new(&recs, &[0, 1], &encoder.config.interaction, 1, 0).unwrap();
+    let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
+    let mut grads = full_batch_step(&encoder, &batch, &l, true, 1.0)
+        .unwrap()
+        .grads;
+    let naive: f64 = grads_of(&encoder.model, &grads)
+        .iter()
+        .flatten()
+        .map(|v| f64::from(*v) * f64::from(*v))
+        .sum::<f64>()
+        .sqrt();
+    let norm = global_norm(&encoder.model, &grads);
+    assert!((norm - naive).abs() <= 1e-4 * naive, "{norm} vs {naive}");
+    let before = grads_of(&encoder.model, &grads);
+    let max = (naive / 4.0) as f32;
+    clip_global_norm(&encoder.model, &mut grads, max);
+    let after = grads_of(&encoder.model, &grads);
+    let clipped: f64 = after
+        .iter()
+        .flatten()
+        .map(|v| f64::from(*v) * f64::from(*v))
+        .sum::<f64>()
+        .sqrt();
+    assert!(
+        (clipped - f64::from(max)).abs() < 1e-3 * f64::from(max),
+        "{clipped}"
+    );
+    // Direction kept: every entry scaled by the same factor.
+    let f = (naive / 4.0) / naive;
+    for (b, a) in before.iter().flatten().zip(after.iter().flatten()) {
+        assert!((f64::from(*b) * f - f64::from(*a)).abs() < 1e-6);
+    }
+}
+
+fn config(dir: &Path, out: &str) -> TrainConfig {
+    let data = dir.join("train.jsonl");
+    if !data.exists() {
+        write_jsonl(&data, &records(7));
+    }
+    let mut c = TrainConfig::new(tiny_bert(), data, dir.join(out));
+    c.encoder = encoder_config();
+    c.epochs = 2;
+    c.batch.records = 3;
+    c.optimizer.lr = 1e-3;
+    c.optimizer.warmup_steps = Some(1);
+    c.checkpoint.every_steps = Some(2);
+    c.eval.at_start = false;
+    c
+}
+
+fn run(c: TrainConfig) -> (Vec<Vec<f32>>, infembed_train::TrainSummary) {
+    let mut t = Trainer::new(c, &Device::flex()).unwrap().quiet(true);
+    let s = t.run().unwrap();
+    (weights_of(t.model()), s)
+}
+
+#[test]
+fn same_seed_same_weights_other_seed_other_weights() {
+    let _guard = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, sa) = run(config(dir.path(), "a"));
+    let (b, _) = run(config(dir.path(), "b"));
+    // 7 records, 3 per batch -> 3 steps per epoch, 2 epochs.
+    assert_eq!(sa.steps, 6);
+    assert_eq!(a, b, "two runs with one seed differ");
+    let mut other = config(dir.path(), "c");
+    other.seed = 7;
+    let (c, _) = run(other);
+    assert_ne!(a, c, "another seed gave the same weights");
+    // The trained model is saved, and its loss history is finite and decreasing overall.
+    let final_dir = sa.final_dir.unwrap();
+    assert!(final_dir.join("model.safetensors").is_file());
+    assert_eq!(sa.history.iter().filter(|h| h.loss.is_some()).count(), 2);
+    assert!(dir.path().join("a/history.json").is_file());
+    assert!(dir.path().join("a/training.svg").is_file());
+}
+
+#[test]
+fn training_drives_the_loss_of_a_repeated_batch_down() {
+    let _guard = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path(), "overfit");
+    c.model = tiny_bert_without_dropout(dir.path());
+    // One batch of all 7 records per epoch: every step sees the same rows.
+    c.batch.records = 7;
+    c.epochs = 12;
+    c.optimizer.lr = 3e-3;
+    c.optimizer.warmup_steps = None;
+    c.checkpoint.every_steps = None;
+    let (_, s) = run(c);
+    let losses: Vec<f64> = s.history.iter().filter_map(|h| h.loss).collect();
+    assert_eq!(losses.len(), 12);
+    assert!(
+        losses[11] < 0.8 * losses[0],
+        "the loss did not go down: {losses:?}"
+    );
+}
+
+#[test]
+fn a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one() {
+    let _guard = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let (whole, _) = run(config(dir.path(), "whole"));
+    for stop in [2, 3] {
+        let name = format!("resumed-{stop}");
+        let mut first = Trainer::new(config(dir.path(), &name), &Device::flex())
+            .unwrap()
+            .quiet(true);
+        let s = first.run_until(Some(stop)).unwrap();
+        assert!(s.final_dir.is_none());
+        drop(first);
+        let mut second = Trainer::new(config(dir.path(), &name), &Device::flex())
+            .unwrap()
+            .quiet(true);
+        assert!(second.resume().unwrap());
+        // Checkpoints are every 2 steps: stopping after step 3 resumes from step 2 and
+        // redoes step 3.
+        assert_eq!(second.state().step, 2);
+        second.run().unwrap();
+        assert_eq!(weights_of(second.model()), whole, "stop after {stop}");
+    }
+}
+
+#[test]
+fn resuming_under_another_config_is_refused() {
+    let _guard = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = Trainer::new(config(dir.path(), "r"), &Device::flex())
+        .unwrap()
+        .quiet(true);
+    t.run_until(Some(2)).unwrap();
+    let mut other = config(dir.path(), "r");
+    other.optimizer.lr = 2e-3;
+    let mut t = Trainer::new(other, &Device::flex()).unwrap().quiet(true);
+    let err = t.resume().unwrap_err().to_string();
+    assert!(err.contains("optimizer"), "{err}");
+}
+
+#[test]
+fn empty_training_data_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let c = TrainConfig::new(tiny_bert(), &empty, dir.path().join("o"));
+    let err = Trainer::new(c, &Device::flex()).unwrap_err().to_string();
+    assert!(
+        err.contains("empty.jsonl") && err.contains("no training record"),
+        "{err}"
+    );
+}
