@@ -11,8 +11,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::config::{Endpoint, StructuredOutput};
+use crate::config::{ConstrainedOutput, Endpoint};
 use crate::error::RequestError;
+use crate::shape::ResponseShape;
 
 /// How many HTTP attempts a run may still send, shared by all clients of the run.
 #[derive(Debug)]
@@ -184,18 +185,23 @@ impl Message {
     }
 }
 
-/// One request: messages, an optional JSON schema for the answer, an optional sampling seed.
+/// One request: messages, an optional answer shape, an optional sampling seed.
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
     /// The conversation.
     pub messages: Vec<Message>,
-    /// `(name, schema)` of the expected JSON answer; used according to the endpoint's
-    /// [`StructuredOutput`]. The name identifies the pipeline step (`instruction`, `poison`,
-    /// `negative_passage_1`, `negative_passage_2`, `judgment`).
-    pub schema: Option<(String, Value)>,
+    /// The expected answer's shape; sent as a JSON schema or a grammar according to the
+    /// endpoint's [`ConstrainedOutput`], and used to derive the token budget. Its name identifies
+    /// the pipeline step (`instruction`, `poison`, `negative_passage_1`, `negative_passage_2`,
+    /// `judgment`).
+    pub shape: Option<ResponseShape>,
     /// Sampling seed sent as `seed` (OpenAI and llama.cpp honour it).
     pub seed: Option<u64>,
 }
+
+/// Completion-token limit of a generator request when neither the config nor the answer's shape
+/// gives one.
+pub const DEFAULT_MAX_TOKENS: u32 = 512;
 
 /// A completion: the first choice's text and the server's token usage.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -257,6 +263,26 @@ impl ChatClient {
         &self.endpoint
     }
 
+    /// The completion-token limit sent with `request`: the configured `max_tokens`; else, for a
+    /// judge's one-letter answer or when the server enforces the length limits, the shape's
+    /// [`ResponseShape::token_budget`]; else [`DEFAULT_MAX_TOKENS`].
+    pub fn max_tokens_for(&self, request: &ChatRequest) -> u32 {
+        let e = &self.endpoint;
+        if let Some(m) = e.max_tokens {
+            return m;
+        }
+        match &request.shape {
+            Some(shape @ ResponseShape::Choice { .. }) => shape.token_budget(),
+            Some(shape)
+                if e.constrained_output
+                    .enforces_lengths(e.schema_length_limits) =>
+            {
+                shape.token_budget()
+            }
+            _ => DEFAULT_MAX_TOKENS,
+        }
+    }
+
     /// The JSON body sent for `request`.
     pub fn request_body(&self, request: &ChatRequest) -> Value {
         let e = &self.endpoint;
@@ -268,27 +294,35 @@ impl ChatClient {
         if let Some(t) = e.temperature {
             obj.insert("temperature".into(), json!(t));
         }
-        if let Some(m) = e.max_tokens {
-            obj.insert(e.max_tokens_field.clone(), json!(m));
-        }
+        obj.insert(
+            e.max_tokens_field.clone(),
+            json!(self.max_tokens_for(request)),
+        );
         if let Some(seed) = request.seed {
             obj.insert("seed".into(), json!(seed));
         }
-        if let Some((name, schema)) = &request.schema {
-            match e.structured_output {
-                StructuredOutput::JsonSchema => {
+        if let Some(shape) = &request.shape {
+            match e.constrained_output {
+                ConstrainedOutput::JsonSchema => {
                     obj.insert(
                         "response_format".into(),
                         json!({
                             "type": "json_schema",
-                            "json_schema": {"name": name, "strict": true, "schema": schema},
+                            "json_schema": {
+                                "name": shape.name(),
+                                "strict": true,
+                                "schema": shape.json_schema(e.schema_length_limits),
+                            },
                         }),
                     );
                 }
-                StructuredOutput::JsonObject => {
+                ConstrainedOutput::Grammar => {
+                    obj.insert("grammar".into(), json!(shape.gbnf()));
+                }
+                ConstrainedOutput::JsonObject => {
                     obj.insert("response_format".into(), json!({"type": "json_object"}));
                 }
-                StructuredOutput::None => {}
+                ConstrainedOutput::None => {}
             }
         }
         body

@@ -106,6 +106,12 @@ pub struct OutputConfig {
     /// `rejected.jsonl`).
     #[serde(default)]
     pub rejected: Option<PathBuf>,
+    /// Every generated record (all seven texts produced and passed the rule filter), kept by the
+    /// quality check or not, with its provenance and the judge's verdicts (default: `records`
+    /// with extension `generated.jsonl`). With a weak judge this file still holds well-formed
+    /// InF-IR records; `records` holds the subset that passed all three judgments.
+    #[serde(default)]
+    pub generated: Option<PathBuf>,
     /// The JSON report (default: `records` with extension `report.json`).
     #[serde(default)]
     pub report: Option<PathBuf>,
@@ -119,6 +125,13 @@ impl OutputConfig {
             .unwrap_or_else(|| self.records.with_extension("rejected.jsonl"))
     }
 
+    /// The generated-records file, defaulted.
+    pub fn generated_path(&self) -> PathBuf {
+        self.generated
+            .clone()
+            .unwrap_or_else(|| self.records.with_extension("generated.jsonl"))
+    }
+
     /// The report file, defaulted.
     pub fn report_path(&self) -> PathBuf {
         self.report
@@ -127,18 +140,39 @@ impl OutputConfig {
     }
 }
 
-/// How the server is asked for well-formed output.
+/// How the server is asked for well-formed output (the `constrained_output` setting).
+///
+/// llama.cpp's `llama-server` honours both `json_schema` (it turns the schema into a grammar) and
+/// `grammar`; hosted OpenAI-compatible APIs usually support `json_schema` only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum StructuredOutput {
-    /// `response_format: {type: json_schema, json_schema: {strict: true, schema}}` (OpenAI
-    /// structured outputs; llama.cpp's server turns the schema into a grammar).
+pub enum ConstrainedOutput {
+    /// `response_format: {type: json_schema, json_schema: {name, strict: true, schema}}` (OpenAI
+    /// structured outputs). With `schema_length_limits` the string fields carry
+    /// `minLength`/`maxLength`.
     #[default]
     JsonSchema,
+    /// llama.cpp's `grammar` field: a GBNF grammar written by this crate
+    /// ([`crate::shape::ResponseShape::gbnf`]) that fixes the JSON layout, bounds every field's
+    /// length, keeps instructions and queries on one line, and lets the judge answer only one of
+    /// the offered letters.
+    Grammar,
     /// `response_format: {type: json_object}` (JSON mode, no schema).
     JsonObject,
-    /// No `response_format`; the reply is parsed leniently (code fences stripped).
+    /// Nothing; the reply is parsed leniently (code fences and prose around the JSON ignored).
     None,
+}
+
+impl ConstrainedOutput {
+    /// Whether answers are length-limited by the server (so the token budget can be derived from
+    /// the limits): always for `grammar`, for `json_schema` when `schema_length_limits` is on.
+    pub fn enforces_lengths(self, schema_length_limits: bool) -> bool {
+        match self {
+            ConstrainedOutput::Grammar => true,
+            ConstrainedOutput::JsonSchema => schema_length_limits,
+            ConstrainedOutput::JsonObject | ConstrainedOutput::None => false,
+        }
+    }
 }
 
 /// One OpenAI-compatible endpoint and model. Every field is optional in the file.
@@ -161,19 +195,23 @@ pub struct EndpointConfig {
     /// Default: 0.7 for the generator, unset for the judge.
     #[serde(default)]
     pub temperature: Option<f32>,
-    /// Completion token limit; unset sends none. Default 512 for the generator, 16 for the judge.
+    /// Completion token limit of every request to this endpoint. Unset: derived per step from
+    /// the answer's shape when the server enforces the length limits (`grammar`, or `json_schema`
+    /// with `schema_length_limits`; see [`crate::shape::ResponseShape::token_budget`]), else 512;
+    /// 24 for the judge's one-letter answer. Reasoning judges (o3-mini) need it set, e.g. 2000.
     #[serde(default)]
     pub max_tokens: Option<u32>,
     /// The request field that carries `max_tokens` (OpenAI's o-series want
     /// `max_completion_tokens`). Default `max_tokens`.
     #[serde(default)]
     pub max_tokens_field: Option<String>,
-    /// How to ask for structured output (default `json_schema`).
-    #[serde(default)]
-    pub structured_output: Option<StructuredOutput>,
-    /// Add `maxLength` (the rule filter's limits) to generated string fields of the JSON schema.
-    /// llama.cpp enforces it in its grammar; some hosted APIs reject the keyword in strict mode.
-    /// Default false.
+    /// How to constrain the answers (default `json_schema`). `structured_output` is accepted as
+    /// an older name.
+    #[serde(default, alias = "structured_output")]
+    pub constrained_output: Option<ConstrainedOutput>,
+    /// Add `minLength: 1` and `maxLength` (the rule filter's limits) to generated string fields
+    /// of the JSON schema. llama.cpp enforces them in its grammar; some hosted APIs reject the
+    /// keywords in strict mode. Default false. (The `grammar` mode always limits lengths.)
     #[serde(default)]
     pub schema_length_limits: Option<bool>,
 }
@@ -279,12 +317,12 @@ pub struct Endpoint {
     pub api_key: Option<String>,
     /// Sampling temperature, sent when present.
     pub temperature: Option<f32>,
-    /// Completion token limit, sent when present.
+    /// The configured completion token limit; `None` lets the client derive one per request.
     pub max_tokens: Option<u32>,
     /// The field name for `max_tokens`.
     pub max_tokens_field: String,
-    /// How structured output is requested.
-    pub structured_output: StructuredOutput,
+    /// How answers are constrained.
+    pub constrained_output: ConstrainedOutput,
     /// Whether generated string fields get `maxLength` in the schema.
     pub schema_length_limits: bool,
 }
@@ -344,6 +382,7 @@ impl SynthConfig {
         fix(&mut self.output.records);
         for p in [
             &mut self.output.rejected,
+            &mut self.output.generated,
             &mut self.output.report,
             &mut self.prompts_dir,
         ]
@@ -390,6 +429,21 @@ impl SynthConfig {
         }
         if self.output.rejected_path() == self.output.records {
             return Err(self.invalid("output.rejected", "must differ from output.records"));
+        }
+        let generated = self.output.generated_path();
+        if generated == self.output.records || generated == self.output.rejected_path() {
+            return Err(self.invalid(
+                "output.generated",
+                "must differ from output.records and output.rejected",
+            ));
+        }
+        for (field, e) in [
+            ("generator.max_tokens", &self.generator),
+            ("judge.max_tokens", &self.judge),
+        ] {
+            if e.max_tokens == Some(0) {
+                return Err(self.invalid(field, "must be at least 1"));
+            }
         }
         let c = &self.client;
         if c.concurrency == 0 {
@@ -501,12 +555,12 @@ impl SynthConfig {
             model: g_model,
             api_key: g_key,
             temperature: g.temperature.or(Some(0.7)),
-            max_tokens: g.max_tokens.or(Some(512)),
+            max_tokens: g.max_tokens,
             max_tokens_field: g
                 .max_tokens_field
                 .clone()
                 .unwrap_or_else(|| "max_tokens".into()),
-            structured_output: g.structured_output.unwrap_or_default(),
+            constrained_output: g.constrained_output.unwrap_or_default(),
             schema_length_limits: g.schema_length_limits.unwrap_or(false),
         };
         let judge = Endpoint {
@@ -515,12 +569,12 @@ impl SynthConfig {
             model: j_model,
             api_key: j_key,
             temperature: j.temperature,
-            max_tokens: j.max_tokens.or(Some(16)),
+            max_tokens: j.max_tokens,
             max_tokens_field: j
                 .max_tokens_field
                 .clone()
                 .unwrap_or_else(|| "max_tokens".into()),
-            structured_output: j.structured_output.unwrap_or_default(),
+            constrained_output: j.constrained_output.unwrap_or_default(),
             schema_length_limits: false,
         };
         for (field, e) in [

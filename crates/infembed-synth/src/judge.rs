@@ -2,14 +2,16 @@
 //! lettered options and the parsing of the judge's letter.
 //!
 //! Each of the three scenarios asks the judge to pick, for one (instruction, query), the best of
-//! the same passage set: the record's P+, P1-, P2- and `k` distractors, shuffled anew per scenario.
-//! The right answer is P+ for (I+, Q+), P1- for (I-, Q+) and P2- for (I+, Q-).
+//! the same passage set: the record's P+, P1-, P2- and `k` distractors, shuffled once per pair and
+//! shown in that order in all three scenarios (the judge prompt starts with the options, so a
+//! server with prompt caching processes them once per pair). The right answer is P+ for
+//! (I+, Q+), P1- for (I-, Q+) and P2- for (I+, Q-), each at its own letter.
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::filter::extract_json_object;
 use crate::input::PoolPassage;
@@ -174,17 +176,6 @@ pub fn letters_list(n: usize) -> String {
         .map(|i| letter(i).to_string())
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// The JSON schema of the judge's answer: `{"answer": one of the letters}`.
-pub fn judge_schema(n: usize) -> Value {
-    let letters: Vec<String> = (0..n).map(|i| letter(i).to_string()).collect();
-    json!({
-        "type": "object",
-        "properties": {"answer": {"type": "string", "enum": letters}},
-        "required": ["answer"],
-        "additionalProperties": false,
-    })
 }
 
 /// Reads the judge's letter: `{"answer": "B"}` (the JSON may be wrapped in prose or code fences)

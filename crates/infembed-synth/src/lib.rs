@@ -16,13 +16,17 @@
 //!    are right.
 //!
 //! That is 4 generator and 3 judge requests per pair, plus retries (see `docs/synthesis.md`).
+//! Every request carries the shape of its answer ([`shape`]): a JSON schema, or, for llama.cpp, a
+//! GBNF grammar that bounds every field and lets the judge answer only an offered letter
+//! ([`ConstrainedOutput`]); token budgets follow from the same limits, so answers are not cut.
 //!
-//! Kept records go to one JSONL file (readable by [`infembed_data::read_jsonl`]; each line also
-//! carries a `provenance` object: source ids, model names, seed, the judge's answers); rejected
-//! pairs to another. Both are appended as results arrive, so a crash loses only pairs in flight,
-//! and a rerun skips pairs already in either file ([`output`]). Randomness is per pair, from the
-//! configured seed and the pair's ids ([`judge::pair_rng`]), so results do not depend on
-//! concurrency or order.
+//! Output ([`output`]): every generated record (kept or not, with the judge's verdicts) goes to
+//! the generated file, the kept ones also to the records file (both readable by
+//! [`infembed_data::read_records`]; each line carries a `provenance` object: source ids, model
+//! names, seed, the judge's answers), and pairs rejected before a record existed to the rejected
+//! file. All are appended as results arrive, so a crash loses only pairs in flight, and a rerun
+//! skips pairs already written. Randomness is per pair, from the configured seed and the pair's
+//! ids ([`judge::pair_rng`]), so results do not depend on concurrency or order.
 //!
 //! Entry points: [`SynthConfig::from_file`] and [`run`]. Prompts are editable text files
 //! ([`prompt`]).
@@ -37,11 +41,12 @@ pub mod output;
 pub mod pipeline;
 pub mod prompt;
 pub mod report;
+pub mod shape;
 
 pub use client::{Budget, ChatClient, ChatRequest, Completion, Message, RequestStats, RetryPolicy};
 pub use config::{
-    ClientConfig, Endpoint, EndpointConfig, FilterConfig, InputConfig, OutputConfig, QualityConfig,
-    StructuredOutput, SynthConfig,
+    ClientConfig, ConstrainedOutput, Endpoint, EndpointConfig, FilterConfig, InputConfig,
+    OutputConfig, QualityConfig, SynthConfig,
 };
 pub use error::{Error, RequestError, Result};
 pub use judge::Scenario;
@@ -51,3 +56,4 @@ pub use prompt::PromptSet;
 pub use report::{
     Counts, NoProgress, Progress, RunCounts, ScenarioStats, StderrProgress, SynthReport,
 };
+pub use shape::{ResponseShape, StringField};

@@ -1,12 +1,18 @@
 //! Resumable JSONL output and the provenance every output line carries.
 //!
-//! Two append-only files: kept records (InF-IR fields plus `provenance`) and rejected pairs
-//! (`provenance` plus whatever was `generated`). Each finished pair is one line in exactly one of
-//! them, written with a single `write` and synced, so a crash or Ctrl-C loses at most the pairs in
-//! flight. On start, both files are read back: the pairs they hold are skipped, and a partial last
-//! line (a crash mid-write) is cut off.
+//! Three append-only files:
+//! - **generated**: every pair whose seven texts were generated and passed the rule filter, as an
+//!   InF-IR record plus `provenance` (with the judge's verdicts and whether it was kept);
+//! - **records**: the kept subset of those lines (same line, byte for byte);
+//! - **rejected**: pairs rejected before a record existed (malformed answer, rule filter), as
+//!   `provenance` plus whatever was `generated`.
+//!
+//! Every line is written with a single `write` and synced, so a crash or Ctrl-C loses at most the
+//! pairs in flight. A kept record is written to the generated file first, then to the records
+//! file; on start, all three files are read back, the pairs they hold are skipped, a partial last
+//! line (a crash mid-write) is cut off, and a kept line missing from one of the two record files
+//! is copied over.
 
-use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -18,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::judge::Scenario;
 
 /// Where a record came from in the input.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Source {
     /// The query's id.
     pub query_id: String,
@@ -98,11 +104,20 @@ pub struct JsonlAppender {
     file: File,
 }
 
+/// One complete line of an existing output file.
+#[derive(Debug, Clone)]
+pub struct ResumedLine {
+    /// The whole line.
+    pub value: Value,
+    /// Its `provenance` object.
+    pub provenance: Provenance,
+}
+
 /// What an existing output file held.
 #[derive(Debug, Default)]
 pub struct Resumed {
-    /// Provenance of every complete line, in file order.
-    pub provenance: Vec<Provenance>,
+    /// Every complete line, in file order.
+    pub lines: Vec<ResumedLine>,
     /// Whether a partial last line was cut off.
     pub dropped_partial_line: bool,
 }
@@ -151,7 +166,10 @@ impl JsonlAppender {
                     .ok_or_else(|| bad("no `provenance` object".into()))?;
                 let prov: Provenance = serde_json::from_value(prov.clone())
                     .map_err(|e| bad(format!("bad `provenance`: {e}")))?;
-                resumed.provenance.push(prov);
+                resumed.lines.push(ResumedLine {
+                    value: v,
+                    provenance: prov,
+                });
             }
         }
         let file = OpenOptions::new()
@@ -190,7 +208,8 @@ impl JsonlAppender {
     }
 }
 
-/// The line written for a kept record: the record's public fields plus `provenance`.
+/// The line written for a generated record (to the generated file, and to the records file when
+/// kept): the record's public fields plus `provenance`.
 pub fn kept_line(record: &infembed_data::InfIrRecord, provenance: &Provenance) -> Value {
     let mut v = record.to_json();
     v.as_object_mut().expect("to_json gives an object").insert(
@@ -200,8 +219,8 @@ pub fn kept_line(record: &infembed_data::InfIrRecord, provenance: &Provenance) -
     v
 }
 
-/// The line written for a rejected pair: `provenance` plus the texts generated so far (record
-/// field names as keys; all seven when the quality check rejected it).
+/// The line written for a pair rejected before a record existed: `provenance` plus the texts
+/// generated so far (record field names as keys).
 pub fn rejected_line(generated: &Map<String, Value>, provenance: &Provenance) -> Value {
     let mut m = Map::new();
     m.insert(
@@ -210,9 +229,4 @@ pub fn rejected_line(generated: &Map<String, Value>, provenance: &Provenance) ->
     );
     m.insert("generated".into(), Value::Object(generated.clone()));
     Value::Object(m)
-}
-
-/// The set of pairs already finished according to resumed provenance.
-pub fn done_set<'a>(provenance: impl IntoIterator<Item = &'a Provenance>) -> HashSet<Source> {
-    provenance.into_iter().map(|p| p.source.clone()).collect()
 }

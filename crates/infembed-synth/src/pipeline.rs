@@ -1,14 +1,14 @@
 //! The pipeline: for each pair, four generator requests, the rule filter, three judge requests;
 //! workers in parallel, results written as they arrive.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use infembed_data::InfIrRecord;
 use rand::Rng;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::client::{Budget, ChatClient, ChatRequest, Message, RequestCounters, RetryPolicy};
 use crate::config::SynthConfig;
@@ -16,14 +16,15 @@ use crate::error::{RequestError, Result};
 use crate::filter::{TextKind, apply_rule, parse_fields, same_text};
 use crate::input::{Pair, PoolPassage, load_input};
 use crate::judge::{
-    JudgeOption, Scenario, judge_schema, letter, letters_list, pair_rng, parse_answer,
-    render_options, sample_distractors, shuffle_options,
+    JudgeOption, Scenario, letter, letters_list, pair_rng, parse_answer, render_options,
+    sample_distractors, shuffle_options,
 };
 use crate::output::{
-    JsonlAppender, Judgment, Provenance, Source, Stage, Status, done_set, kept_line, rejected_line,
+    JsonlAppender, Judgment, Provenance, Resumed, Source, Stage, Status, kept_line, rejected_line,
 };
 use crate::prompt::PromptSet;
 use crate::report::{Progress, RunCounts, SynthReport, Tally};
+use crate::shape::{ResponseShape, StringField};
 
 /// How many failure messages the report keeps.
 const FAILURE_SAMPLES: usize = 5;
@@ -31,9 +32,11 @@ const FAILURE_SAMPLES: usize = 5;
 /// What processing one pair produced.
 #[derive(Debug)]
 pub enum PairOutcome {
-    /// Kept: the record and its provenance.
-    Kept(InfIrRecord, Provenance),
-    /// Rejected: provenance (with stage and reason) and the texts generated so far.
+    /// All seven texts were generated and passed the rules: the record and its provenance, with
+    /// the judge's verdicts; `provenance.status` says whether the quality check kept it.
+    Generated(InfIrRecord, Provenance),
+    /// Rejected before a record existed (malformed answer or rule filter): provenance (with stage
+    /// and reason) and the texts generated so far.
     Rejected(Provenance, Map<String, Value>),
     /// A request failed for good; nothing is written and a later run retries the pair.
     Failed(Source, RequestError),
@@ -53,28 +56,20 @@ pub struct PairContext<'a> {
     pub pool: &'a [PoolPassage],
 }
 
-fn schema_for(fields: &[(&str, usize)], limits: bool) -> Value {
-    let mut props = Map::new();
-    for (name, max) in fields {
-        let mut s = json!({"type": "string"});
-        if limits {
-            s["maxLength"] = json!(max);
-        }
-        props.insert((*name).to_string(), s);
+fn fields_shape(name: &str, fields: &[(&str, usize, bool)]) -> ResponseShape {
+    ResponseShape::Fields {
+        name: name.to_string(),
+        fields: fields
+            .iter()
+            .map(|(n, max, single)| StringField::new(n, *max, *single))
+            .collect(),
     }
-    json!({
-        "type": "object",
-        "properties": props,
-        "required": fields.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-        "additionalProperties": false,
-    })
 }
 
 /// Processes one pair: generation, rules, quality check.
 pub fn process_pair(ctx: &PairContext<'_>, pair: &Pair) -> PairOutcome {
     let cfg = ctx.config;
     let limits = &cfg.filter;
-    let length_limits = ctx.generator.endpoint().schema_length_limits;
     let mut rng = pair_rng(cfg.quality.seed, &pair.query_id, &pair.passage_id);
     let seeds: [u64; 7] = std::array::from_fn(|_| rng.random::<u32>() as u64);
     let source = Source {
@@ -96,13 +91,13 @@ pub fn process_pair(ctx: &PairContext<'_>, pair: &Pair) -> PairOutcome {
 
     macro_rules! ask {
         ($template:expr, $values:expr, $name:expr, $fields:expr, $seed:expr) => {{
-            let fields: &[(&str, usize)] = $fields;
+            let fields: &[(&str, usize, bool)] = $fields;
             let request = ChatRequest {
                 messages: vec![
                     Message::system(system.clone()),
                     Message::user($template.render($values)),
                 ],
-                schema: Some(($name.to_string(), schema_for(fields, length_limits))),
+                shape: Some(fields_shape($name, fields)),
                 seed: Some($seed),
             };
             match ctx.generator.complete(&request) {
@@ -156,7 +151,7 @@ pub fn process_pair(ctx: &PairContext<'_>, pair: &Pair) -> PairOutcome {
             ("passage", pair.passage.as_str())
         ],
         "instruction",
-        &[("instruction", limits.max_instruction_chars)],
+        &[("instruction", limits.max_instruction_chars, true)],
         seeds[0]
     );
     let [i_raw] = fields!(c, "instruction", ["instruction"]);
@@ -172,8 +167,8 @@ pub fn process_pair(ctx: &PairContext<'_>, pair: &Pair) -> PairOutcome {
         ],
         "poison",
         &[
-            ("negative_instruction", limits.max_instruction_chars),
-            ("negative_query", limits.max_query_chars)
+            ("negative_instruction", limits.max_instruction_chars, true),
+            ("negative_query", limits.max_query_chars, true)
         ],
         seeds[1]
     );
@@ -203,7 +198,7 @@ pub fn process_pair(ctx: &PairContext<'_>, pair: &Pair) -> PairOutcome {
             ("passage", pair.passage.as_str())
         ],
         "negative_passage_1",
-        &[("passage", limits.max_passage_chars)],
+        &[("passage", limits.max_passage_chars, false)],
         seeds[2]
     );
     let [p1_raw] = fields!(c, "negative_passage_1", ["passage"]);
@@ -219,7 +214,7 @@ pub fn process_pair(ctx: &PairContext<'_>, pair: &Pair) -> PairOutcome {
             ("passage", pair.passage.as_str())
         ],
         "negative_passage_2",
-        &[("passage", limits.max_passage_chars)],
+        &[("passage", limits.max_passage_chars, false)],
         seeds[3]
     );
     let [p2_raw] = fields!(c, "negative_passage_2", ["passage"]);
@@ -242,11 +237,6 @@ pub fn process_pair(ctx: &PairContext<'_>, pair: &Pair) -> PairOutcome {
         );
     }
 
-    generated.insert("query_positive".into(), Value::String(pair.query.clone()));
-    generated.insert(
-        "document_positive".into(),
-        Value::String(pair.passage.clone()),
-    );
     let record = match InfIrRecord::from_texts([
         &pair.query,
         &i_pos,
@@ -263,7 +253,7 @@ pub fn process_pair(ctx: &PairContext<'_>, pair: &Pair) -> PairOutcome {
     // 5. Quality check.
     let Some(judge) = ctx.judge else {
         prov.status = Status::Kept;
-        return PairOutcome::Kept(record, prov);
+        return PairOutcome::Generated(record, prov);
     };
     let distractors = sample_distractors(
         &mut rng,
@@ -288,6 +278,15 @@ pub fn process_pair(ctx: &PairContext<'_>, pair: &Pair) -> PairOutcome {
     }))
     .collect();
     let n = base_options.len();
+    // One shuffle per pair, shown in all three scenarios: the judge prompt starts with the options,
+    // so a server with prompt caching (llama.cpp, OpenAI) processes them once per pair.
+    let (options, _) = shuffle_options(&mut rng, base_options, Scenario::Positive.target());
+    let rendered = render_options(&options);
+    let letters = letters_list(n);
+    let shape = ResponseShape::Choice {
+        name: "judgment".to_string(),
+        letters: (0..n).map(letter).collect(),
+    };
     let judge_system = ctx.prompts.judge_system.render(&[]);
     let mut failures = Vec::new();
     for (k, scenario) in Scenario::ALL.into_iter().enumerate() {
@@ -296,9 +295,10 @@ pub fn process_pair(ctx: &PairContext<'_>, pair: &Pair) -> PairOutcome {
             Scenario::NegativeInstruction => (&i_neg, &pair.query),
             Scenario::NegativeQuery => (&i_pos, &q_neg),
         };
-        let (options, target) = shuffle_options(&mut rng, base_options.clone(), scenario.target());
-        let rendered = render_options(&options);
-        let letters = letters_list(n);
+        let target = options
+            .iter()
+            .position(|o| o.label == scenario.target())
+            .expect("the record's three passages are among the options");
         let user = ctx.prompts.judge.render(&[
             ("query", query.as_str()),
             ("instruction", instruction.as_str()),
@@ -307,7 +307,7 @@ pub fn process_pair(ctx: &PairContext<'_>, pair: &Pair) -> PairOutcome {
         ]);
         let request = ChatRequest {
             messages: vec![Message::system(judge_system.clone()), Message::user(user)],
-            schema: Some(("judgment".to_string(), judge_schema(n))),
+            shape: Some(shape.clone()),
             seed: Some(seeds[4 + k]),
         };
         let c = match judge.complete(&request) {
@@ -334,16 +334,11 @@ pub fn process_pair(ctx: &PairContext<'_>, pair: &Pair) -> PairOutcome {
     }
     if failures.is_empty() {
         prov.status = Status::Kept;
-        PairOutcome::Kept(record, prov)
     } else {
-        for field in infembed_data::RecordField::ALL {
-            generated.insert(
-                field.name().to_string(),
-                Value::String(record.field(field).to_string()),
-            );
-        }
-        reject!(Stage::Judge, failures.join("; "))
+        prov.stage = Some(Stage::Judge);
+        prov.reason = Some(failures.join("; "));
     }
+    PairOutcome::Generated(record, prov)
 }
 
 /// Runs the pipeline described by `config`, reporting progress to `progress`, and writes the
@@ -368,24 +363,35 @@ pub fn run(config: &SynthConfig, progress: &mut dyn Progress) -> Result<SynthRep
 
     let records_path = config.output.records.clone();
     let rejected_path = config.output.rejected_path();
+    let generated_path = config.output.generated_path();
     let (mut records_out, resumed_kept) = JsonlAppender::open_resuming(&records_path)?;
     let (mut rejected_out, resumed_rejected) = JsonlAppender::open_resuming(&rejected_path)?;
-    let partial_lines_dropped = u64::from(resumed_kept.dropped_partial_line)
-        + u64::from(resumed_rejected.dropped_partial_line);
-    let mut total = Tally::default();
-    for p in resumed_kept
-        .provenance
+    let (mut generated_out, resumed_generated) = JsonlAppender::open_resuming(&generated_path)?;
+    let partial_lines_dropped = [&resumed_kept, &resumed_rejected, &resumed_generated]
         .iter()
-        .chain(&resumed_rejected.provenance)
-    {
+        .map(|r| u64::from(r.dropped_partial_line))
+        .sum();
+    // A kept record is written to the generated file first, then to the records file; a crash in
+    // between (or an output from before the generated file existed) is repaired here, so that
+    // the records file is exactly the kept part of the generated file.
+    let repaired = repair_kept(
+        &resumed_kept,
+        &resumed_generated,
+        &mut records_out,
+        &mut generated_out,
+    )?;
+    // One provenance per finished pair; the generated file wins over the others.
+    let mut finished_pairs: BTreeMap<Source, Provenance> = BTreeMap::new();
+    for r in [&resumed_rejected, &resumed_kept, &resumed_generated] {
+        for line in &r.lines {
+            finished_pairs.insert(line.provenance.source.clone(), line.provenance.clone());
+        }
+    }
+    let mut total = Tally::default();
+    for p in finished_pairs.values() {
         total.add(p);
     }
-    let done = done_set(
-        resumed_kept
-            .provenance
-            .iter()
-            .chain(&resumed_rejected.provenance),
-    );
+    let done: HashSet<Source> = finished_pairs.into_keys().collect();
 
     let mut seen = HashSet::new();
     let unique: Vec<&Pair> = input
@@ -478,8 +484,15 @@ pub fn run(config: &SynthConfig, progress: &mut dyn Progress) -> Result<SynthRep
         drop(tx);
         for outcome in rx {
             let written = match &outcome {
-                PairOutcome::Kept(record, prov) => {
-                    records_out.append(&kept_line(record, prov)).map(|()| prov)
+                PairOutcome::Generated(record, prov) => {
+                    let line = kept_line(record, prov);
+                    generated_out
+                        .append(&line)
+                        .and_then(|()| match prov.status {
+                            Status::Kept => records_out.append(&line),
+                            Status::Rejected => Ok(()),
+                        })
+                        .map(|()| prov)
                 }
                 PairOutcome::Rejected(prov, generated) => rejected_out
                     .append(&rejected_line(generated, prov))
@@ -532,6 +545,8 @@ pub fn run(config: &SynthConfig, progress: &mut dyn Progress) -> Result<SynthRep
     let report = SynthReport {
         records_path,
         rejected_path,
+        generated_path,
+        repaired_lines: repaired,
         generator_model: generator.endpoint().model.clone(),
         judge_model: judge.as_ref().map(|j| j.endpoint().model.clone()),
         distractors: config.quality.distractors,
@@ -562,4 +577,35 @@ pub fn run(config: &SynthConfig, progress: &mut dyn Progress) -> Result<SynthRep
     })?;
     progress.finish(&report);
     Ok(report)
+}
+
+/// Makes the records file the kept part of the generated file: appends to the records file every
+/// kept generated line it lacks, and to the generated file every record line it lacks. Returns
+/// the number of lines appended.
+fn repair_kept(
+    kept: &Resumed,
+    generated: &Resumed,
+    records_out: &mut JsonlAppender,
+    generated_out: &mut JsonlAppender,
+) -> Result<u64> {
+    let in_kept: HashSet<&Source> = kept.lines.iter().map(|l| &l.provenance.source).collect();
+    let in_generated: HashSet<&Source> = generated
+        .lines
+        .iter()
+        .map(|l| &l.provenance.source)
+        .collect();
+    let mut repaired = 0;
+    for line in &generated.lines {
+        if line.provenance.status == Status::Kept && !in_kept.contains(&line.provenance.source) {
+            records_out.append(&line.value)?;
+            repaired += 1;
+        }
+    }
+    for line in &kept.lines {
+        if !in_generated.contains(&line.provenance.source) {
+            generated_out.append(&line.value)?;
+            repaired += 1;
+        }
+    }
+    Ok(repaired)
 }

@@ -14,7 +14,8 @@ use crate::output::{Provenance, Stage, Status};
 pub struct Counts {
     /// Pairs finished (kept + all rejections).
     pub finished: u64,
-    /// Pairs whose seven texts were generated and passed the rules (kept + judge rejections).
+    /// Pairs whose seven texts were generated and passed the rules (kept + judge rejections): the
+    /// lines of the generated file.
     pub generated: u64,
     /// Records kept.
     pub kept: u64,
@@ -120,8 +121,13 @@ pub struct RunCounts {
 pub struct SynthReport {
     /// The kept-records file.
     pub records_path: PathBuf,
-    /// The rejected-pairs file.
+    /// The rejected-pairs file (pairs without a record: malformed answers, rule rejections).
     pub rejected_path: PathBuf,
+    /// The generated-records file (every record, kept or not, with the judge's verdicts).
+    pub generated_path: PathBuf,
+    /// Lines copied between the records and generated files when resuming (a crash between the
+    /// two writes of a kept record).
+    pub repaired_lines: u64,
     /// Generator model name.
     pub generator_model: String,
     /// Judge model name (absent when the quality check is off).
@@ -254,6 +260,12 @@ impl Progress for StderrProgress {
                 s.invalid_answers
             );
         }
+        eprintln!(
+            "synth: {} generated records in {}; kept records in {}",
+            report.total.generated,
+            report.generated_path.display(),
+            report.records_path.display()
+        );
         eprintln!(
             "synth: kept {} of {} generated ({}); {} remaining; {} requests this run",
             report.total.kept,

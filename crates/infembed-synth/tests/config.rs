@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use infembed_synth::{Error, StructuredOutput, SynthConfig};
+use infembed_synth::{ConstrainedOutput, Error, SynthConfig};
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let p = dir.join(name);
@@ -39,6 +39,10 @@ fn toml_defaults_and_relative_paths() {
         cfg.output.report_path(),
         dir.path().join("out/r.report.json")
     );
+    assert_eq!(
+        cfg.output.generated_path(),
+        dir.path().join("out/r.generated.jsonl")
+    );
     assert_eq!(cfg.client.concurrency, 4);
     assert_eq!(cfg.quality.distractors, 2);
     assert!(cfg.quality.enabled);
@@ -58,8 +62,9 @@ fn json_config_is_accepted() {
     );
     assert_eq!(cfg.client.request_budget, Some(100));
     let (g, j) = cfg.endpoints_with_env(&|_| None).unwrap();
-    assert_eq!(g.structured_output, StructuredOutput::JsonObject);
-    assert_eq!(j.structured_output, StructuredOutput::JsonSchema);
+    // `structured_output` is the older name of `constrained_output`.
+    assert_eq!(g.constrained_output, ConstrainedOutput::JsonObject);
+    assert_eq!(j.constrained_output, ConstrainedOutput::JsonSchema);
     assert_eq!(j.model, "m");
     assert_eq!(j.base_url, "http://127.0.0.1:1/v1");
 }
@@ -258,4 +263,48 @@ fn beir_input_from_shared_data() {
             .passage
             .starts_with("Disney's Theme Parks had an operating cost")
     );
+}
+
+#[test]
+fn constrained_output_modes_parse_and_bad_ones_name_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, mode) in [
+        ("json_schema", ConstrainedOutput::JsonSchema),
+        ("grammar", ConstrainedOutput::Grammar),
+        ("json_object", ConstrainedOutput::JsonObject),
+        ("none", ConstrainedOutput::None),
+    ] {
+        let p = write(
+            dir.path(),
+            "c.toml",
+            &format!(
+                "{MINIMAL}\n[generator]\nbase_url = \"http://x/v1\"\nmodel = \"m\"\n\
+                 constrained_output = \"{text}\"\n"
+            ),
+        );
+        let cfg = SynthConfig::from_file(&p).unwrap();
+        let (g, _) = cfg.endpoints_with_env(&|_| None).unwrap();
+        assert_eq!(g.constrained_output, mode);
+    }
+    let p = write(
+        dir.path(),
+        "c.toml",
+        &format!("{MINIMAL}\n[judge]\nconstrained_output = \"regex\"\n"),
+    );
+    let e = SynthConfig::from_file(&p).unwrap_err().to_string();
+    assert!(e.contains("c.toml") && e.contains("regex"), "{e}");
+    let p = write(
+        dir.path(),
+        "c.toml",
+        &format!("{MINIMAL}\n[judge]\nmax_tokens = 0\n"),
+    );
+    let e = SynthConfig::from_file(&p).unwrap_err().to_string();
+    assert!(e.contains("judge.max_tokens"), "{e}");
+    let p = write(
+        dir.path(),
+        "c.toml",
+        &format!("{MINIMAL}\ngenerated = \"out/r.jsonl\"\n"),
+    );
+    let e = SynthConfig::from_file(&p).unwrap_err().to_string();
+    assert!(e.contains("output.generated"), "{e}");
 }

@@ -29,10 +29,22 @@ fn lines(path: &Path) -> Vec<Value> {
     }
 }
 
-/// Source (query id) of every line of both output files, with multiplicity.
+/// Source (query id) of every line of the generated and rejected files (each finished pair is in
+/// exactly one of them), with multiplicity. Also checks that the records file is exactly the kept
+/// part of the generated file.
 fn finished(cfg: &SynthConfig) -> BTreeMap<String, usize> {
+    let generated = lines(&cfg.output.generated_path());
+    let kept_generated: Vec<&Value> = generated
+        .iter()
+        .filter(|v| v["provenance"]["status"] == "kept")
+        .collect();
+    let records = lines(&cfg.output.records);
+    assert_eq!(kept_generated.len(), records.len());
+    for r in &records {
+        assert!(kept_generated.contains(&r), "{r}");
+    }
     let mut m = BTreeMap::new();
-    for v in lines(&cfg.output.records)
+    for v in generated
         .into_iter()
         .chain(lines(&cfg.output.rejected_path()))
     {
@@ -143,7 +155,9 @@ fn happy_path_records_read_back_with_provenance() {
         json!(["A", "B", "C", "D", "E"])
     );
     assert!(judge_req.body.get("temperature").is_none());
-    assert_eq!(judge_req.body["max_tokens"], 16);
+    // `{"answer": "E"}` is 15 bytes; the judge's budget covers it.
+    assert_eq!(judge_req.body["max_tokens"], 24);
+    assert!(judge_req.body.get("grammar").is_none());
     let gen_req = reqs.iter().find(|r| r.step() == "instruction").unwrap();
     assert_eq!(gen_req.body["model"], "fake-generator");
     assert_eq!(gen_req.path, "/v1/chat/completions");
@@ -151,6 +165,46 @@ fn happy_path_records_read_back_with_provenance() {
     assert!((gen_req.body["temperature"].as_f64().unwrap() - 0.7).abs() < 1e-6);
     assert_eq!(gen_req.body["messages"][0]["role"], "system");
     assert!(gen_req.header("authorization").is_none());
+    // Hosted-API defaults: no length keywords in the schema, the fixed 512-token limit.
+    assert_eq!(gen_req.body["max_tokens"], 512);
+    assert!(
+        gen_req.body["response_format"]["json_schema"]["schema"]["properties"]["instruction"]
+            .get("maxLength")
+            .is_none()
+    );
+
+    // The judge sees the same shuffled options in all three scenarios of a pair, first in the
+    // prompt (a prefix the server can cache), the record's passages among them.
+    for q in ["[q00]", "[q03]"] {
+        let prompts: Vec<String> = reqs
+            .iter()
+            .filter(|r| r.step() == "judgment" && judge_query_instruction(&r.user()).0.contains(q))
+            .map(|r| r.user())
+            .collect();
+        assert_eq!(prompts.len(), 3, "{q}");
+        let options_block = |u: &str| u.split("\n\nQuery:").next().unwrap().to_string();
+        assert!(prompts[0].starts_with("Passages:\n[A] "));
+        assert_eq!(options_block(&prompts[0]), options_block(&prompts[1]));
+        assert_eq!(options_block(&prompts[0]), options_block(&prompts[2]));
+        assert_eq!(judge_options(&prompts[0]).len(), 5);
+    }
+    // Every generator prompt of a pair starts with the same query and passage block.
+    let gen_prompts: Vec<String> = reqs
+        .iter()
+        .filter(|r| r.step() != "judgment" && r.user().contains("answers [q02]"))
+        .map(|r| r.user())
+        .collect();
+    assert_eq!(gen_prompts.len(), 4);
+    let head =
+        "Query: what is topic [q02]\nPassage: POS passage that answers [q02] for a student.\n";
+    assert!(
+        gen_prompts.iter().all(|p| p.starts_with(head)),
+        "{gen_prompts:?}"
+    );
+
+    // Every record is also in the generated file, with the same line.
+    let generated = lines(&cfg.output.generated_path());
+    assert_eq!(generated, lines(&cfg.output.records));
 
     // A rerun finds everything done and sends nothing.
     let again = run(&cfg, &mut NoProgress).unwrap();
@@ -347,13 +401,21 @@ fn invalid_judge_letter_is_a_rejection_not_a_crash() {
     assert_eq!(s(Scenario::NegativeInstruction).invalid_answers, 1);
     assert!((s(Scenario::NegativeQuery).retention.unwrap() - 2.0 / 3.0).abs() < 1e-12);
     assert!((report.retention.unwrap() - 1.0 / 3.0).abs() < 1e-12);
-    // A judge-rejected line holds the complete record, readable by the data crate.
-    let rejected = lines(&cfg.output.rejected_path());
-    assert_eq!(rejected.len(), 2);
-    for v in &rejected {
-        assert_eq!(v["provenance"]["stage"], "judge");
-        let rec = infembed_data::InfIrRecord::from_json_object(v["generated"].as_object().unwrap());
-        assert!(rec.is_ok(), "{v}");
+    // Judge rejections are records: all three pairs are in the generated file (which the data
+    // crate reads), with their verdicts; the rejected file holds none of them.
+    assert!(lines(&cfg.output.rejected_path()).is_empty());
+    let generated = lines(&cfg.output.generated_path());
+    assert_eq!(generated.len(), 3);
+    let set = read_jsonl(cfg.output.generated_path(), ReadMode::Strict).unwrap();
+    assert_eq!(set.records.len(), 3);
+    let judge_rejected: Vec<&Value> = generated
+        .iter()
+        .filter(|v| v["provenance"]["stage"] == "judge")
+        .collect();
+    assert_eq!(judge_rejected.len(), 2);
+    for v in judge_rejected {
+        assert_eq!(v["provenance"]["status"], "rejected");
+        assert_eq!(v["provenance"]["judgments"].as_array().unwrap().len(), 3);
     }
     // All three scenarios are judged even after a wrong one (per-scenario retention needs it).
     assert_eq!(server.count(), 3 * 7);
@@ -605,6 +667,94 @@ fn progress_sees_every_pair() {
     assert_eq!(calls.load(Ordering::SeqCst), server.count());
 }
 
+#[test]
+fn grammar_mode_sends_a_gbnf_grammar_and_derived_token_budgets() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(good_model);
+    let extra =
+        "\n[filter]\nmax_instruction_chars = 100\nmax_query_chars = 50\nmax_passage_chars = 300\n";
+    let mut cfg = config(dir.path(), 2, &server.base_url, extra);
+    cfg.generator.constrained_output = Some(infembed_synth::ConstrainedOutput::Grammar);
+    cfg.judge.constrained_output = Some(infembed_synth::ConstrainedOutput::Grammar);
+    let report = run(&cfg, &mut NoProgress).unwrap();
+    assert_eq!(report.total.kept, 2);
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 14);
+    for r in &reqs {
+        assert!(r.body.get("response_format").is_none(), "{}", r.body);
+        let g = r.body["grammar"].as_str().unwrap();
+        assert!(g.contains("root ::= "), "{g}");
+    }
+    let by_step = |step: &str| reqs.iter().find(|r| r.step() == step).unwrap();
+    // Budgets: 2 bytes per character (escapes) plus keys and punctuation, per field.
+    let poison = by_step("poison");
+    assert_eq!(
+        poison.body["max_tokens"],
+        8 + (2 * 100 + "negative_instruction".len() + 8) + (2 * 50 + "negative_query".len() + 8)
+    );
+    let g = poison.body["grammar"].as_str().unwrap();
+    assert!(
+        g.contains("v0 ::= \"\\\"\" first line-char{0,99} \"\\\"\""),
+        "{g}"
+    );
+    assert!(
+        g.contains("v1 ::= \"\\\"\" first line-char{0,49} \"\\\"\""),
+        "{g}"
+    );
+    let p1 = by_step("negative_passage_1");
+    assert!(
+        p1.body["grammar"]
+            .as_str()
+            .unwrap()
+            .contains("first text-char{0,299}")
+    );
+    let judge = by_step("judgment");
+    assert_eq!(judge.body["max_tokens"], 24);
+    assert!(
+        judge.body["grammar"]
+            .as_str()
+            .unwrap()
+            .contains(r#"("A" | "B" | "C" | "D")"#),
+        "two pairs: P+, P1-, P2- and the one other passage"
+    );
+    assert_eq!(judge_options(&judge.user()).len(), 4);
+}
+
+#[test]
+fn a_crash_between_the_two_writes_of_a_kept_record_is_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = FakeServer::start(good_model);
+    let cfg = config(dir.path(), 4, &server.base_url, "");
+    run(&cfg, &mut NoProgress).unwrap();
+    let all = std::fs::read_to_string(&cfg.output.records).unwrap();
+    assert_eq!(all.lines().count(), 4);
+
+    // The generated line was written, the records line was not.
+    let first_three: String = all.lines().take(3).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&cfg.output.records, &first_three).unwrap();
+    let report = run(&cfg, &mut NoProgress).unwrap();
+    assert_eq!(report.repaired_lines, 1);
+    assert_eq!(report.this_run.to_do, 0);
+    assert_eq!(report.total.kept, 4);
+    assert_eq!(server.count(), 4 * 7, "nothing was asked again");
+    let mut got: Vec<String> = std::fs::read_to_string(&cfg.output.records)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut want: Vec<String> = all.lines().map(str::to_string).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+
+    // An output without a generated file (older layout) gets one from the records.
+    std::fs::remove_file(cfg.output.generated_path()).unwrap();
+    let report = run(&cfg, &mut NoProgress).unwrap();
+    assert_eq!(report.repaired_lines, 4);
+    assert_eq!(report.total.generated, 4);
+    assert_eq!(finished(&cfg).len(), 4);
+}
+
 const CHILD_ENV: &str = "INFEMBED_SYNTH_FAKE_CHILD_CONFIG";
 
 #[test]
@@ -627,7 +777,18 @@ fn sigkill_half_way_then_resume_loses_and_duplicates_nothing() {
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while finished(&cfg).values().sum::<usize>() < 3 {
+    // Complete lines only, and no consistency check: the child is writing meanwhile.
+    let complete_lines = |cfg: &SynthConfig| {
+        [cfg.output.generated_path(), cfg.output.rejected_path()]
+            .iter()
+            .map(|p| {
+                std::fs::read(p)
+                    .map(|b| b.iter().filter(|c| **c == b'\n').count())
+                    .unwrap_or(0)
+            })
+            .sum::<usize>()
+    };
+    while complete_lines(&cfg) < 3 {
         assert!(
             child.try_wait().unwrap().is_none(),
             "the child ended before the kill"
@@ -640,7 +801,9 @@ fn sigkill_half_way_then_resume_loses_and_duplicates_nothing() {
     }
     child.kill().unwrap(); // SIGKILL on Unix
     child.wait().unwrap();
-    let before = finished(&cfg).values().sum::<usize>();
+    // The kill may land between the generated and the records write of a kept pair; the resume
+    // repairs that (and `finished` below checks the files agree).
+    let before = complete_lines(&cfg);
     assert!((3..8).contains(&before), "{before}");
     let report = run(&cfg, &mut NoProgress).unwrap();
     assert_eq!(report.already_done, before as u64);

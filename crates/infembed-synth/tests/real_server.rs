@@ -3,144 +3,28 @@
 //! (`$INFEMBED_CACHE_DIR`, else `$XDG_CACHE_HOME/infembed`, else `~/.cache/infembed`; or
 //! `INFEMBED_LLAMA_SERVER` / `INFEMBED_LLAMA_MODEL`). Skips loudly when they or the shared data
 //! are absent. A tiny model writes poor text and judges badly: the test checks the pipeline
-//! (records the data crate reads back, the report, resuming), not the prose.
+//! (records the data crate reads back, the report, resuming after SIGKILL, that constrained
+//! output leaves no malformed answer), not the prose. It prints the measured per-scenario
+//! retention.
+
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use infembed_data::{ReadMode, read_jsonl};
-use infembed_synth::{NoProgress, SynthConfig, run};
+use infembed_data::{ReadMode, read_records};
+use infembed_synth::{NoProgress, Scenario, ScenarioStats, SynthConfig, SynthReport, run};
 use serde_json::Value;
+
+use support::llama::{LlamaServer, llama_paths, msmarco};
 
 const CHILD_ENV: &str = "INFEMBED_SYNTH_REAL_CHILD_CONFIG";
 
-fn cache_root() -> PathBuf {
-    if let Some(d) = std::env::var_os("INFEMBED_CACHE_DIR").filter(|v| !v.is_empty()) {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(d).join("infembed");
-    }
-    PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into())).join(".cache/infembed")
-}
-
-/// The server binary and the model, or `None` (with a loud message) when absent.
-fn llama_paths() -> Option<(PathBuf, PathBuf)> {
-    let from_env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    let server = from_env("INFEMBED_LLAMA_SERVER")
-        .unwrap_or_else(|| cache_root().join("llama/bin/llama-server"));
-    let model = from_env("INFEMBED_LLAMA_MODEL")
-        .unwrap_or_else(|| cache_root().join("llama/models/SmolLM2-135M-Instruct.Q4_1.gguf"));
-    for p in [&server, &model] {
-        if !p.is_file() {
-            eprintln!(
-                "SKIPPED: {} not found (run `cargo xtask llama-server`, or set \
-                 INFEMBED_LLAMA_SERVER / INFEMBED_LLAMA_MODEL)",
-                p.display()
-            );
-            return None;
-        }
-    }
-    Some((server, model))
-}
-
-fn msmarco() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    match infembed_data::shared_data_dir(&root) {
-        Some(d) => Some(d.join("collections/msmarco-subset")),
-        None => {
-            eprintln!(
-                "SKIPPED: shared data not found at {} (set INFEMBED_SHARED_DATA)",
-                infembed_data::shared_data_candidate(&root).display()
-            );
-            None
-        }
-    }
-}
-
-/// A running `llama-server`, killed when dropped.
-struct LlamaServer {
-    child: Child,
-    base_url: String,
-    log: PathBuf,
-}
-
-impl LlamaServer {
-    fn start(server: &Path, model: &Path, log_dir: &Path) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log = log_dir.join("llama-server.log");
-        let log_file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(server)
-            .args(["-m", &model.to_string_lossy(), "--host", "127.0.0.1"])
-            .args([
-                "--port",
-                &port.to_string(),
-                "-t",
-                "1",
-                "-np",
-                "1",
-                "-c",
-                "4096",
-            ])
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().unwrap())
-            .stderr(log_file)
-            .spawn()
-            .expect("start llama-server");
-        let mut s = LlamaServer {
-            child,
-            base_url: format!("http://127.0.0.1:{port}/v1"),
-            log,
-        };
-        let agent = ureq::Agent::new_with_config(
-            ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(Duration::from_secs(2)))
-                .proxy(None)
-                .build(),
-        );
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Ok(Some(status)) = s.child.try_wait() {
-                panic!("llama-server exited ({status}): {}", s.log_text());
-            }
-            let health = agent.get(format!("http://127.0.0.1:{port}/health")).call();
-            if matches!(&health, Ok(r) if r.status() == 200) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "llama-server not healthy after 120 s: {}",
-                s.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        s
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for LlamaServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn write_config(dir: &Path, beir: &Path, base_url: &str, limit: usize, extra: &str) -> PathBuf {
+/// The test's config: MS MARCO pairs, the built-in prompts, llama.cpp-friendly settings (length
+/// limits enforced by the server, so the token budgets are derived and nothing is cut).
+fn write_config(dir: &Path, beir: &Path, base_url: &str, limit: usize, mode: &str) -> PathBuf {
     let text = format!(
         r#"
 [input]
@@ -154,13 +38,13 @@ records = "out/records.jsonl"
 base_url = "{base_url}"
 model = "SmolLM2-135M-Instruct"
 temperature = 0.3
-max_tokens = 160
+constrained_output = "{mode}"
 schema_length_limits = true
 
 [judge]
 model = "SmolLM2-135M-Instruct"
 temperature = 0.0
-max_tokens = 12
+constrained_output = "{mode}"
 
 [client]
 concurrency = 1
@@ -170,14 +54,13 @@ backoff_initial_ms = 200
 backoff_max_ms = 2000
 
 [filter]
-max_instruction_chars = 300
-max_query_chars = 200
-max_passage_chars = 500
+max_instruction_chars = 160
+max_query_chars = 100
+max_passage_chars = 240
 
 [quality]
-distractors = 2
+distractors = 1
 seed = 2024
-{extra}
 "#,
         beir = beir.display()
     );
@@ -186,124 +69,160 @@ seed = 2024
     path
 }
 
-fn sources(cfg: &SynthConfig) -> BTreeMap<(String, String), usize> {
-    let mut m = BTreeMap::new();
-    for path in [cfg.output.records.clone(), cfg.output.rejected_path()] {
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            let v: Value = serde_json::from_str(line).unwrap();
-            let s = &v["provenance"]["source"];
-            *m.entry((
-                s["query_id"].as_str().unwrap().to_string(),
-                s["passage_id"].as_str().unwrap().to_string(),
-            ))
-            .or_insert(0) += 1;
-        }
-    }
-    m
+fn read_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .map(|t| {
+            t.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
-fn check_outputs(cfg: &SynthConfig, n: usize, report: &infembed_synth::SynthReport) {
-    let s = sources(cfg);
-    assert_eq!(s.len(), n, "every pair finished: {s:?}");
-    assert!(s.values().all(|c| *c == 1), "no pair twice: {s:?}");
-    let kept = if cfg.output.records.exists() {
-        read_jsonl(&cfg.output.records, ReadMode::Strict)
-            .expect("the data crate reads the records back")
-            .records
-            .len()
-    } else {
-        0
+fn source_of(v: &Value) -> (String, String) {
+    let s = &v["provenance"]["source"];
+    (
+        s["query_id"].as_str().unwrap().to_string(),
+        s["passage_id"].as_str().unwrap().to_string(),
+    )
+}
+
+/// Complete lines in the generated and rejected files (each finished pair is one line in one of
+/// them); safe to call while another process writes.
+fn finished_lines(cfg: &SynthConfig) -> usize {
+    [cfg.output.generated_path(), cfg.output.rejected_path()]
+        .iter()
+        .map(|p| {
+            std::fs::read(p)
+                .map(|b| b.iter().filter(|c| **c == b'\n').count())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// The files after a complete run of `n` pairs agree with each other, with the data crate and
+/// with the report.
+fn check_outputs(cfg: &SynthConfig, n: usize, report: &SynthReport) {
+    let generated = read_lines(&cfg.output.generated_path());
+    let rejected = read_lines(&cfg.output.rejected_path());
+    let records = read_lines(&cfg.output.records);
+
+    // Every pair exactly once, in the generated or the rejected file.
+    let mut seen = BTreeMap::new();
+    for v in generated.iter().chain(&rejected) {
+        *seen.entry(source_of(v)).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), n, "every pair finished: {seen:?}");
+    assert!(seen.values().all(|c| *c == 1), "no pair twice: {seen:?}");
+
+    // The records file is exactly the kept part of the generated file.
+    let kept: Vec<&Value> = generated
+        .iter()
+        .filter(|v| v["provenance"]["status"] == "kept")
+        .collect();
+    assert_eq!(records.len(), kept.len());
+    assert!(records.iter().all(|r| kept.contains(&r)));
+
+    // The data crate reads both record files back, strictly.
+    let g = read_records(cfg.output.generated_path(), ReadMode::Strict)
+        .expect("the data crate reads the generated records back");
+    assert_eq!(g.records.len(), generated.len());
+    if cfg.output.records.exists() {
+        let k = read_records(&cfg.output.records, ReadMode::Strict)
+            .expect("the data crate reads the kept records back");
+        assert_eq!(k.records.len(), records.len());
+    }
+
+    // Constrained output: no malformed answer, no invalid judge letter.
+    let t = &report.total;
+    assert_eq!(t.rejected_malformed, 0, "{rejected:?}");
+    assert!(
+        rejected.iter().all(|v| v["provenance"]["stage"] == "rule"),
+        "{rejected:?}"
+    );
+    // Report numbers = file contents.
+    assert_eq!(t.finished, n as u64);
+    assert_eq!(t.generated, generated.len() as u64);
+    assert_eq!(t.generated, n as u64 - t.rejected_rule);
+    assert_eq!(t.kept, records.len() as u64);
+    assert_eq!(t.rejected_judge, t.generated - t.kept);
+    assert_eq!(t.rejected_rule, rejected.len() as u64);
+    for (sc, stats) in Scenario::ALL.iter().zip(&report.scenarios) {
+        assert_eq!(stats.judged, t.generated, "{stats:?}");
+        assert_eq!(stats.invalid_answers, 0, "{stats:?}");
+        let correct = generated
+            .iter()
+            .filter(|v| {
+                v["provenance"]["judgments"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|j| {
+                        j["scenario"] == serde_json::to_value(sc).unwrap() && j["correct"] == true
+                    })
+            })
+            .count();
+        assert_eq!(stats.correct, correct as u64, "{stats:?}");
+    }
+}
+
+fn summary(label: &str, secs: f64, requests: u64, r: &SynthReport) -> String {
+    let pct = |s: &ScenarioStats| {
+        s.retention
+            .map_or("-".to_string(), |x| format!("{:.0}%", 100.0 * x))
     };
-    assert_eq!(kept as u64, report.total.kept);
-    assert_eq!(report.total.finished, n as u64);
-    for sc in &report.scenarios {
-        assert_eq!(sc.judged, report.total.generated, "{sc:?}");
-    }
-    // Judge-rejected lines carry complete records the data crate accepts.
-    if let Ok(text) = std::fs::read_to_string(cfg.output.rejected_path()) {
-        for line in text.lines() {
-            let v: Value = serde_json::from_str(line).unwrap();
-            if v["provenance"]["stage"] == "judge" {
-                infembed_data::InfIrRecord::from_json_object(v["generated"].as_object().unwrap())
-                    .expect("a complete record");
-            }
-        }
-    }
+    format!(
+        "real server ({label}): {} pairs in {secs:.1}s, {requests} requests; generated {}, kept {} \
+         (rejected: {} malformed, {} rule, {} judge); per-scenario retention: positive {}/{} ({}), \
+         negative instruction {}/{} ({}), negative query {}/{} ({})",
+        r.total.finished,
+        r.total.generated,
+        r.total.kept,
+        r.total.rejected_malformed,
+        r.total.rejected_rule,
+        r.total.rejected_judge,
+        r.scenarios[0].correct,
+        r.scenarios[0].judged,
+        pct(&r.scenarios[0]),
+        r.scenarios[1].correct,
+        r.scenarios[1].judged,
+        pct(&r.scenarios[1]),
+        r.scenarios[2].correct,
+        r.scenarios[2].judged,
+        pct(&r.scenarios[2]),
+    )
+}
+
+fn requests(r: &SynthReport) -> u64 {
+    r.generator_requests.attempts + r.judge_requests.attempts
 }
 
 #[test]
-fn twenty_msmarco_pairs_resume_after_stop_and_after_sigkill() {
-    let (Some((server_bin, model)), Some(beir)) = (llama_paths(), msmarco()) else {
+fn twenty_msmarco_pairs_survive_sigkill_and_read_back() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let (Some((server_bin, model)), Some(beir)) = (llama_paths(), msmarco(&root)) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let server = LlamaServer::start(&server_bin, &model, dir.path());
 
-    // Part 1: 20 pairs, stopped after 10 (as if interrupted), then resumed.
+    // Part 1 (grammar): 20 pairs in a child process, killed with SIGKILL half way, then resumed
+    // to the end in this process.
     let started = Instant::now();
-    let path = write_config(dir.path(), &beir, &server.base_url, 20, "");
-    let mut cfg = SynthConfig::from_file(&path).unwrap();
-    cfg.stop_after = Some(10);
-    let first = run(&cfg, &mut NoProgress).unwrap();
-    assert_eq!(first.this_run.failed, 0, "{:?}", first.failure_samples);
-    assert!(first.stopped_early);
-    assert_eq!(first.total.finished, 10);
-    cfg.stop_after = None;
-    let second = run(&cfg, &mut NoProgress).unwrap();
-    assert_eq!(second.this_run.failed, 0, "{:?}", second.failure_samples);
-    assert_eq!(second.already_done, 10);
-    assert_eq!(second.this_run.counts.finished, 10);
-    assert_eq!(second.remaining, 0);
-    check_outputs(&cfg, 20, &second);
-    let requests = first.generator_requests.attempts
-        + first.judge_requests.attempts
-        + second.generator_requests.attempts
-        + second.judge_requests.attempts;
-    eprintln!(
-        "real server: 20 pairs in {:.1}s, {requests} requests, kept {} / generated {} \
-         (rejected: {} malformed, {} rule, {} judge); scenario retention {:?}",
-        started.elapsed().as_secs_f64(),
-        second.total.kept,
-        second.total.generated,
-        second.total.rejected_malformed,
-        second.total.rejected_rule,
-        second.total.rejected_judge,
-        second
-            .scenarios
-            .iter()
-            .map(|s| (s.scenario, s.correct, s.judged))
-            .collect::<Vec<_>>()
-    );
-    assert!(
-        requests
-            <= 20 * 7
-                + second.generator_requests.retries
-                + first.generator_requests.retries
-                + second.judge_requests.retries
-                + first.judge_requests.retries
-    );
-
-    // Part 2: a real SIGKILL of a child process half way, then a resume in this process.
-    let kill_dir = dir.path().join("kill");
-    std::fs::create_dir_all(&kill_dir).unwrap();
-    let kpath = write_config(&kill_dir, &beir, &server.base_url, 6, "");
-    let kcfg = SynthConfig::from_file(&kpath).unwrap();
+    let run_dir = dir.path().join("grammar");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let path = write_config(&run_dir, &beir, &server.base_url, 20, "grammar");
+    let cfg = SynthConfig::from_file(&path).unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--ignored", "--exact", "sigkill_child", "--nocapture"])
-        .env(CHILD_ENV, &kpath)
+        .env(CHILD_ENV, &path)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let n: usize = sources(&kcfg).values().sum();
-        if n >= 2 {
-            break;
-        }
+    let deadline = Instant::now() + Duration::from_secs(400);
+    while finished_lines(&cfg) < 10 {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("the child run ended ({status}) before it could be killed");
         }
@@ -312,15 +231,50 @@ fn twenty_msmarco_pairs_resume_after_stop_and_after_sigkill() {
     }
     child.kill().unwrap(); // SIGKILL on Unix
     child.wait().unwrap();
-    let before: usize = sources(&kcfg).values().sum();
+    let killed_at = started.elapsed().as_secs_f64();
+    let before = finished_lines(&cfg);
     assert!(
-        before < 6,
-        "the child was killed before finishing ({before} done)"
+        (10..20).contains(&before),
+        "killed half way ({before} of 20 done)"
     );
-    let resumed = run(&kcfg, &mut NoProgress).unwrap();
+    let resumed = run(&cfg, &mut NoProgress).unwrap();
     assert_eq!(resumed.this_run.failed, 0, "{:?}", resumed.failure_samples);
     assert_eq!(resumed.already_done, before as u64);
-    check_outputs(&kcfg, 6, &resumed);
+    assert_eq!(resumed.this_run.counts.finished, 20 - before as u64);
+    assert_eq!(resumed.remaining, 0);
+    check_outputs(&cfg, 20, &resumed);
+    let total_secs = started.elapsed().as_secs_f64();
+    // The killed child wrote no report; the server's log counts every request it completed.
+    let served = server.log_text().matches("total time =").count() as u64;
+    assert!(served >= requests(&resumed));
+    eprintln!(
+        "{} (killed after {killed_at:.0}s with {before} done; resumed run {:.0}s, {} requests, \
+         {} lines repaired)",
+        summary("grammar", total_secs, served, &resumed),
+        resumed.elapsed_secs,
+        requests(&resumed),
+        resumed.repaired_lines,
+    );
+
+    // Part 2 (json_schema with length limits, the default mode): llama.cpp turns the schemas into
+    // grammars; they too keep every answer well formed and every judge answer a valid letter.
+    let started = Instant::now();
+    let run_dir = dir.path().join("json_schema");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let path = write_config(&run_dir, &beir, &server.base_url, 2, "json_schema");
+    let gcfg = SynthConfig::from_file(&path).unwrap();
+    let report = run(&gcfg, &mut NoProgress).unwrap();
+    assert_eq!(report.this_run.failed, 0, "{:?}", report.failure_samples);
+    check_outputs(&gcfg, 2, &report);
+    eprintln!(
+        "{}",
+        summary(
+            "json_schema",
+            started.elapsed().as_secs_f64(),
+            requests(&report),
+            &report
+        )
+    );
     drop(server);
 }
 

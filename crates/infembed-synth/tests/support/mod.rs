@@ -2,6 +2,8 @@
 //! `Connection: close`), and a fake "model" that answers the pipeline's steps sensibly.
 #![allow(dead_code)]
 
+pub mod llama;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -30,10 +32,16 @@ impl Received {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The pipeline step: the JSON schema's name.
+    /// The pipeline step: the JSON schema's name, or the `# infembed step: NAME` comment that
+    /// starts a grammar.
     pub fn step(&self) -> String {
-        self.body["response_format"]["json_schema"]["name"]
+        if let Some(name) = self.body["response_format"]["json_schema"]["name"].as_str() {
+            return name.to_string();
+        }
+        self.body["grammar"]
             .as_str()
+            .and_then(|g| g.lines().next())
+            .and_then(|l| l.strip_prefix("# infembed step: "))
             .unwrap_or("")
             .to_string()
     }
