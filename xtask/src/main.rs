@@ -4,6 +4,7 @@
 //! cargo xtask validate        # fmt check, clippy -D warnings, tests, docs (cheapest first)
 //! cargo xtask fetch-model     # fetch + verify all-MiniLM-L6-v2 into models/all-MiniLM-L6-v2
 //! cargo xtask llama-server    # build + cache llama.cpp's server and a small GGUF model
+//! cargo xtask examples        # build and run every example of examples/ on tiny inputs
 //! ```
 
 mod llama;
@@ -65,6 +66,18 @@ enum Task {
         #[arg(long)]
         force: bool,
     },
+    /// Build and run every example of the `infembed-examples` package (examples/) on tiny inputs;
+    /// fails when any fails. Examples that need the model print SKIPPED and pass when it is absent
+    /// (`cargo xtask fetch-model` first to run them for real).
+    Examples,
+    /// The README's main job: fetch the model if missing, then `infembed quickstart` in release
+    /// mode (zero-shot eval, fine-tune on the shipped train split, eval again, before/after
+    /// table and a plot under runs/quickstart/).
+    Quickstart {
+        /// The training config.
+        #[arg(long, default_value = "examples/configs/quickstart.toml")]
+        config: PathBuf,
+    },
 }
 
 fn main() -> Result<()> {
@@ -81,6 +94,28 @@ fn main() -> Result<()> {
             fetch_model(&dest, force)
         }
         Task::LlamaServer { cache_dir, force } => llama::llama_server(cache_dir, force),
+        Task::Examples => examples(&root),
+        Task::Quickstart { config } => {
+            fetch_model(&root.join("models/all-MiniLM-L6-v2"), false)?;
+            let config = config.to_string_lossy().into_owned();
+            run(
+                &root,
+                "cargo",
+                &[
+                    "run",
+                    "--release",
+                    "--package",
+                    "infembed",
+                    "--bin",
+                    "infembed",
+                    "--",
+                    "quickstart",
+                    "--config",
+                    &config,
+                ],
+                &[],
+            )
+        }
     }
 }
 
@@ -136,6 +171,48 @@ fn validate(root: &Path, no_tests: bool) -> Result<()> {
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
     eprintln!("xtask: validate passed");
+    Ok(())
+}
+
+/// Each example with the arguments that keep it tiny (paths relative to the workspace root).
+const EXAMPLES: &[(&str, &[&str])] = &[
+    (
+        "embed_search",
+        &["models/all-MiniLM-L6-v2", "examples/data/corpus.jsonl"],
+    ),
+    ("eval_beir", &["--bm25", "examples/data/beir-tiny"]),
+    (
+        "eval_beir",
+        &["models/all-MiniLM-L6-v2", "examples/data/beir-tiny"],
+    ),
+    (
+        "eval_inf_ir",
+        &[
+            "models/all-MiniLM-L6-v2",
+            "data/inf-ir-sample/dev.jsonl",
+            "6",
+        ],
+    ),
+    ("train_from_config", &["examples/configs/tiny.toml"]),
+];
+
+fn examples(root: &Path) -> Result<()> {
+    // Build with the whole workspace selected, as `cargo test --workspace` does, so that the
+    // dependency features are the same and nothing is rebuilt; then run the binaries.
+    run(root, "cargo", &["build", "--workspace", "--examples"], &[])?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let start = std::time::Instant::now();
+    for (name, example_args) in EXAMPLES {
+        let exe = target.join("debug").join("examples").join(name);
+        let exe = exe.to_string_lossy().into_owned();
+        run(root, &exe, example_args, &[])?;
+    }
+    eprintln!(
+        "xtask: {} example runs passed in {:.1} s",
+        EXAMPLES.len(),
+        start.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

@@ -193,7 +193,12 @@ pub fn config_differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<S
     keys.sort();
     keys.dedup();
     keys.into_iter()
-        .filter(|k| !matches!(k.as_str(), "max_steps" | "eval" | "checkpoint"))
+        .filter(|k| {
+            !matches!(
+                k.as_str(),
+                "max_steps" | "eval" | "checkpoint" | "output_dir"
+            )
+        })
         .filter(|k| a.get(*k) != b.get(*k))
         .cloned()
         .collect()

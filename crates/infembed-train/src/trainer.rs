@@ -400,7 +400,7 @@ impl Trainer {
                 );
                 if tty && !self.quiet {
                     eprint!("\r{line}   ");
-                    if done == total || done % 10 == 0 {
+                    if done == total || done.is_multiple_of(10) {
                         eprintln!();
                     }
                 } else {
@@ -408,7 +408,7 @@ impl Trainer {
                 }
                 let end_of_epoch = self.state.step_in_epoch == groups.len();
                 let eval_due = match self.config.eval.every_steps {
-                    Some(k) => done % k == 0 || done == total,
+                    Some(k) => done.is_multiple_of(k) || done == total,
                     None => end_of_epoch || done == total,
                 };
                 if eval_due {
@@ -425,7 +425,7 @@ impl Trainer {
                     .config
                     .checkpoint
                     .every_steps
-                    .is_some_and(|k| done % k == 0)
+                    .is_some_and(|k| done.is_multiple_of(k))
                     || done == total;
                 if ckpt_due {
                     let dir = self.save_checkpoint()?;

@@ -14,6 +14,9 @@ pub enum Error {
     /// Loading or running an encoder failed.
     #[error(transparent)]
     Encoder(#[from] infembed_encoder::Error),
+    /// Training failed.
+    #[error(transparent)]
+    Train(#[from] infembed_train::Error),
     /// An evaluation set has nothing to evaluate.
     #[error("{what} is empty: nothing to evaluate")]
     Empty {
@@ -73,6 +76,100 @@ pub enum Error {
         /// The cause.
         #[source]
         source: std::io::Error,
+    },
+    /// An input file could not be opened or read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line of a JSONL input is malformed, or a field is missing or of the wrong type.
+    #[error("{}:{line}: {field}: {problem}", path.display())]
+    InputField {
+        /// The file.
+        path: PathBuf,
+        /// The 1-based line number.
+        line: usize,
+        /// The field at fault (`<line>` when the line itself is not a JSON object).
+        field: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Two records of an input file share an id.
+    #[error(
+        "{}:{line}: duplicate id `{id}` (first on line {first_line}); ids must be unique",
+        path.display()
+    )]
+    DuplicateId {
+        /// The file.
+        path: PathBuf,
+        /// The line of the second occurrence.
+        line: usize,
+        /// The line of the first occurrence.
+        first_line: usize,
+        /// The id.
+        id: String,
+    },
+    /// An input file holds no records.
+    #[error(
+        "{} holds no records: nothing to embed (expected JSONL, one {{\"id\": ..., \"text\": ...}} \
+         object per line)",
+        path.display()
+    )]
+    EmptyInput {
+        /// The file.
+        path: PathBuf,
+    },
+    /// An index path whose extension names no supported format.
+    #[error(
+        "{}: unknown embeddings format (use a .safetensors or .npy extension)",
+        path.display()
+    )]
+    UnknownIndexFormat {
+        /// The path.
+        path: PathBuf,
+    },
+    /// An index file that does not hold what [`crate::EmbeddingIndex`] writes.
+    #[error("{}: not a valid embeddings index: {problem}", path.display())]
+    IndexFormat {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The safetensors library rejected an index file.
+    #[error("{}: not a valid safetensors index: {source}", path.display())]
+    Safetensors {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: safetensors::SafeTensorError,
+    },
+    /// Embeddings that do not form an `[N, d]` matrix with one id per row.
+    #[error("embeddings shape: {problem}")]
+    IndexShape {
+        /// What is wrong.
+        problem: String,
+    },
+    /// A query embedding whose dimension differs from the index's.
+    #[error(
+        "index {} holds {index_dim}-dimensional embeddings but model {model} produces \
+         {model_dim}-dimensional ones: re-embed the corpus with this model (`infembed embed`)",
+        index.display()
+    )]
+    DimensionMismatch {
+        /// The index file (or `<in memory>`).
+        index: PathBuf,
+        /// The index's dimension.
+        index_dim: usize,
+        /// The model producing the query embeddings.
+        model: String,
+        /// The model's dimension.
+        model_dim: usize,
     },
 }
 

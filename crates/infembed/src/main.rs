@@ -1,18 +1,19 @@
 //! The `infembed` command line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::Device;
 use clap::{Args, Parser, Subcommand};
 use infembed::data::{self, Collection, QueryTemplate};
-use infembed::encoder::EncoderConfig;
+use infembed::encoder::{DualEncoder, EncoderConfig};
 use infembed::lexical::Bm25Config;
 use infembed::metrics::{EvalOptions, Measure, Qrels, Run, TieBreak, evaluate_with};
 use infembed::{
-    Bm25Retriever, EncoderRetriever, EvalConfig, FollowIrReport, RetrievalReport, Retriever,
-    evaluate_followir, evaluate_retrieval,
+    Bm25Retriever, EmbeddingIndex, EncoderRetriever, EvalConfig, FollowIrReport, IndexFormat,
+    RetrievalReport, Retriever, Side, embed_passages, embed_records, evaluate_followir,
+    evaluate_retrieval, read_texts,
 };
 
 #[derive(Parser)]
@@ -34,6 +35,92 @@ enum Command {
     TrecEval(TrecEvalArgs),
     /// Synthesize InF-IR records from (query, passage) pairs with an OpenAI-compatible LLM server.
     Synth(SynthArgs),
+    /// Embed the texts of a JSONL file and save the embeddings (.safetensors or .npy).
+    Embed(EmbedArgs),
+    /// Search a JSONL corpus or a saved index with an instruction and a query.
+    Search(SearchArgs),
+    /// Fine-tune an embedding model on InF-IR records (config: docs/training.md).
+    Train(TrainArgs),
+    /// Zero-shot eval, fine-tune, eval again: the before/after table (README's first command).
+    Quickstart(QuickstartArgs),
+}
+
+#[derive(Args)]
+struct TrainArgs {
+    /// The training config (TOML or JSON); every key is in docs/training.md.
+    #[arg(long)]
+    config: PathBuf,
+    /// Continue from the newest checkpoint in the config's output_dir (after a crash or kill).
+    #[arg(long)]
+    resume: bool,
+}
+
+#[derive(Args)]
+struct QuickstartArgs {
+    /// The training config of the quickstart.
+    #[arg(long, default_value = "examples/configs/quickstart.toml")]
+    config: PathBuf,
+    /// Where the shared data (msmarco-subset) lives (default: $INFEMBED_SHARED_DATA, else
+    /// ../shared/data).
+    #[arg(long)]
+    shared_data: Option<PathBuf>,
+    /// Print the report as one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("side").args(["passages", "queries"])))]
+struct EmbedArgs {
+    /// The model directory (e.g. models/all-MiniLM-L6-v2 after `cargo xtask fetch-model`).
+    #[arg(long)]
+    model: PathBuf,
+    /// JSONL input, one object per line: `id` or `_id`, `text`, optional `title` (passages) and
+    /// `instruction` (queries).
+    #[arg(long)]
+    input: PathBuf,
+    /// Output file; its extension picks the format: .safetensors (embeddings, ids and model in one
+    /// file) or .npy (plus FILE.ids.txt, one id per line).
+    #[arg(long)]
+    output: PathBuf,
+    /// Encoder config JSON (towers, interaction, template, max lengths, prefixes).
+    #[arg(long)]
+    encoder_config: Option<PathBuf>,
+    /// Embed the texts as passages, "{title} {text}" (the default).
+    #[arg(long)]
+    passages: bool,
+    /// Embed the texts as queries, (instruction, text) through the query tower.
+    #[arg(long)]
+    queries: bool,
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["corpus", "index"])))]
+struct SearchArgs {
+    /// The model directory (e.g. models/all-MiniLM-L6-v2 after `cargo xtask fetch-model`).
+    #[arg(long)]
+    model: PathBuf,
+    /// A JSONL corpus (as for `infembed embed`), embedded on the fly.
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// An index written by `infembed embed` (.safetensors, or .npy with its .ids.txt).
+    #[arg(long)]
+    index: Option<PathBuf>,
+    /// Encoder config JSON; must match the one the index was embedded with.
+    #[arg(long)]
+    encoder_config: Option<PathBuf>,
+    /// The query.
+    #[arg(long)]
+    query: String,
+    /// The instruction that goes with the query (empty by default).
+    #[arg(long, default_value = "")]
+    instruction: String,
+    /// How many documents to print.
+    #[arg(short, long, default_value_t = 10)]
+    k: usize,
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -145,7 +232,155 @@ fn run(cli: Cli) -> Result<()> {
         Command::Eval(args) => eval(&args),
         Command::TrecEval(args) => trec_eval(&args),
         Command::Synth(args) => synth(&args),
+        Command::Embed(args) => embed(&args),
+        Command::Search(args) => search(&args),
+        Command::Train(args) => train(&args),
+        Command::Quickstart(args) => quickstart(&args),
     }
+}
+
+fn train(args: &TrainArgs) -> Result<()> {
+    let config = infembed::train::TrainConfig::from_file(&args.config)?;
+    eprintln!("{}", infembed::train::trainer::describe(&config));
+    let summary = infembed::train(config, args.resume)?;
+    eprintln!(
+        "done: {} optimizer steps, {:.2} rows/s in this process{}",
+        summary.steps,
+        summary.rows_per_second(),
+        summary
+            .final_dir
+            .map(|d| format!(", model saved to {}", d.display()))
+            .unwrap_or_default()
+    );
+    Ok(())
+}
+
+fn quickstart(args: &QuickstartArgs) -> Result<()> {
+    let report = infembed::quickstart::run(&args.config, args.shared_data.as_deref())?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    println!(
+        "\nquickstart: {} optimizer steps (seed {}), {:.2} training rows/s, {:.0} s in all",
+        report.steps, report.seed, report.rows_per_second, report.total_seconds
+    );
+    print!("{}", report.markdown());
+    if let Some(why) = &report.skipped {
+        println!("(msmarco-subset skipped: {why})");
+    }
+    if let Some(dir) = &report.model_dir {
+        println!("fine-tuned model: {}", dir.display());
+    }
+    println!("training plot: {}", report.plot.display());
+    Ok(())
+}
+
+fn load_encoder(model: &Path, encoder_config: Option<&Path>) -> Result<DualEncoder> {
+    let config = match encoder_config {
+        Some(path) => EncoderConfig::from_file(path)?,
+        None => EncoderConfig::default(),
+    };
+    if !model.is_dir() {
+        bail!(
+            "model directory {} not found: pass --model DIR (a Hugging Face / sentence-transformers \
+             model directory; `cargo xtask fetch-model` puts all-MiniLM-L6-v2 in \
+             models/all-MiniLM-L6-v2)",
+            model.display()
+        );
+    }
+    // A directory saved by `infembed train` carries its encoder config (template, lengths,
+    // towers); it applies unless --encoder-config overrides it.
+    if encoder_config.is_none() && model.join("infembed_encoder.json").is_file() {
+        return Ok(DualEncoder::load_saved(model, &Device::default())?);
+    }
+    Ok(DualEncoder::from_dir(model, config, &Device::default())?)
+}
+
+fn embed(args: &EmbedArgs) -> Result<()> {
+    // Cheap checks first: the output format and the input, before loading the model.
+    IndexFormat::from_path(&args.output)?;
+    let records = read_texts(&args.input)?;
+    let encoder = load_encoder(&args.model, args.encoder_config.as_deref())?;
+    let side = if args.queries {
+        Side::Queries
+    } else {
+        Side::Passages
+    };
+    let start = std::time::Instant::now();
+    let mut index = embed_records(&encoder, &records, side)?;
+    let seconds = start.elapsed().as_secs_f64();
+    index.save(&args.output)?;
+    eprintln!(
+        "embedded {} {} (d = {}) in {seconds:.1} s -> {}",
+        index.len(),
+        if args.queries { "queries" } else { "passages" },
+        index.dim,
+        args.output.display()
+    );
+    Ok(())
+}
+
+fn search(args: &SearchArgs) -> Result<()> {
+    let encoder;
+    let (index, records) = if let Some(corpus) = &args.corpus {
+        let records = read_texts(corpus)?;
+        encoder = load_encoder(&args.model, args.encoder_config.as_deref())?;
+        (embed_passages(&encoder, &records)?, records)
+    } else if let Some(path) = &args.index {
+        let index = EmbeddingIndex::load(path)?;
+        encoder = load_encoder(&args.model, args.encoder_config.as_deref())?;
+        let ours = encoder.source_dir.display().to_string();
+        if !index.model.is_empty() && index.model != ours {
+            eprintln!(
+                "warning: {} was embedded with model {}, searching with {ours}",
+                path.display(),
+                index.model
+            );
+        }
+        (index, Vec::new())
+    } else {
+        bail!("give --corpus FILE.jsonl or --index FILE.safetensors");
+    };
+    let hits = infembed::search(&encoder, &index, &args.instruction, &args.query, args.k)?;
+    let text_of: std::collections::HashMap<&str, String> = records
+        .iter()
+        .map(|r| (r.id.as_str(), r.passage_text()))
+        .collect();
+    let snippet = |id: &str| {
+        text_of
+            .get(id)
+            .map(|t| t.chars().take(100).collect::<String>())
+    };
+    if args.json {
+        let hits: Vec<serde_json::Value> = hits
+            .iter()
+            .map(|h| {
+                serde_json::json!({
+                    "rank": h.rank,
+                    "score": h.score,
+                    "id": h.id,
+                    "text": snippet(&h.id),
+                })
+            })
+            .collect();
+        let out = serde_json::json!({
+            "query": args.query,
+            "instruction": args.instruction,
+            "model": encoder.source_dir.display().to_string(),
+            "n_docs": index.len(),
+            "hits": hits,
+        });
+        println!("{out}");
+        return Ok(());
+    }
+    for h in &hits {
+        let text = snippet(&h.id)
+            .unwrap_or_default()
+            .replace(['\n', '\r', '\t'], " ");
+        println!("{:>4}  {:>8.4}  {}  {text}", h.rank, h.score, h.id);
+    }
+    Ok(())
 }
 
 fn eval(args: &EvalArgs) -> Result<()> {
@@ -155,15 +390,12 @@ fn eval(args: &EvalArgs) -> Result<()> {
     };
     let mut retriever: Box<dyn Retriever> = match &args.model {
         Some(dir) => {
-            let encoder_config = match &args.encoder_config {
-                Some(path) => EncoderConfig::from_file(path)?,
-                None => EncoderConfig::default(),
-            };
-            Box::new(EncoderRetriever::from_dir(
-                dir,
-                encoder_config,
-                &Device::default(),
-            )?)
+            let encoder = load_encoder(dir, args.encoder_config.as_deref())?;
+            let name = dir.file_name().map_or_else(
+                || dir.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            Box::new(EncoderRetriever::new(encoder, name))
         }
         None => {
             let template = QueryTemplate::new(&args.template)?;

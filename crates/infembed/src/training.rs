@@ -1,0 +1,105 @@
+//! Training with the evaluation harness attached: [`FollowIrDevEvaluator`] scores the
+//! development split with the held-out FollowIR protocol at each evaluation of a
+//! [`Trainer`], and [`train`] runs a config file end to end.
+
+use std::path::Path;
+
+use infembed_data::{
+    EvalSet, FollowIrSet, ReadMode, build_heldout, read_distractors, read_records,
+};
+use infembed_encoder::DualEncoder;
+use infembed_train::{DevEvaluator, TrainConfig, TrainSummary, Trainer};
+
+use crate::dense::EncoderRetriever;
+use crate::error::Result;
+use crate::evaluate::{
+    EvalConfig, FollowIrReport, RetrievalReport, evaluate_followir, evaluate_retrieval,
+};
+
+/// Evaluates an encoder on the held-out instruction-following test built from an InF-IR file
+/// (exactly as `infembed eval --data FILE --distractors FILE` does).
+#[derive(Debug, Clone)]
+pub struct FollowIrDevEvaluator {
+    set: FollowIrSet,
+    config: EvalConfig,
+}
+
+impl FollowIrDevEvaluator {
+    /// Builds the test from `dev` (InF-IR JSONL or Parquet) and optional distractors.
+    ///
+    /// # Errors
+    /// Unreadable or malformed files (named), an empty file.
+    pub fn from_files(dev: &Path, distractors: Option<&Path>) -> Result<Self> {
+        let records = read_records(dev, ReadMode::Strict)?.records;
+        let distractors = match distractors {
+            Some(p) => read_distractors(p)?,
+            None => Vec::new(),
+        };
+        let name = dev
+            .file_stem()
+            .map_or("dev".into(), |s| s.to_string_lossy().into_owned());
+        Ok(Self {
+            set: build_heldout(&name, &records, &distractors)?,
+            config: EvalConfig::default(),
+        })
+    }
+
+    /// The full report for `encoder`.
+    ///
+    /// # Errors
+    /// The encoder's errors.
+    pub fn report(&self, encoder: &DualEncoder) -> Result<FollowIrReport> {
+        let mut retriever = EncoderRetriever::new(encoder.clone(), "model");
+        Ok(evaluate_followir(&self.set, &mut retriever, &self.config)?.report)
+    }
+}
+
+impl DevEvaluator for FollowIrDevEvaluator {
+    fn evaluate(
+        &mut self,
+        encoder: &DualEncoder,
+    ) -> std::result::Result<Vec<(String, f64)>, Box<dyn std::error::Error + Send + Sync>> {
+        let r = self.report(encoder)?;
+        let mut m = vec![
+            ("p_mrr".to_string(), r.p_mrr),
+            ("ndcg_at_10".to_string(), r.ndcg_at_10),
+        ];
+        if let Some(p) = r.pairwise_accuracy {
+            m.push(("pairwise_accuracy".to_string(), p));
+        }
+        Ok(m)
+    }
+}
+
+/// Ad hoc retrieval quality of `encoder` on an evaluation set (e.g. `msmarco-subset`).
+///
+/// # Errors
+/// An empty set, the encoder's errors.
+pub fn retrieval_report(encoder: &DualEncoder, set: &EvalSet) -> Result<RetrievalReport> {
+    let mut retriever = EncoderRetriever::new(encoder.clone(), "model");
+    Ok(evaluate_retrieval(set, &mut retriever, &EvalConfig::default())?.report)
+}
+
+/// Trains as `config` says on the CPU, with the development split (when the config names
+/// one) evaluated by [`FollowIrDevEvaluator`]; with `resume`, continues from the newest
+/// checkpoint of the output directory when there is one.
+///
+/// # Errors
+/// Config, data, model and checkpoint errors, each naming its file.
+pub fn train(config: TrainConfig, resume: bool) -> Result<TrainSummary> {
+    let evaluator = match &config.data.dev {
+        Some(dev) => Some(FollowIrDevEvaluator::from_files(
+            dev,
+            config.data.distractors.as_deref(),
+        )?),
+        None => None,
+    };
+    let mut trainer = Trainer::new(config, &burn::tensor::Device::default())?;
+    if let Some(ev) = evaluator {
+        trainer = trainer.with_evaluator(Box::new(ev));
+    }
+    if resume {
+        trainer.resume()?;
+    }
+    Ok(trainer.run()?)
+}

@@ -1,0 +1,270 @@
+//! `infembed embed` and `infembed search` run as a user runs them: each user mistake is one line on
+//! stderr naming the path and the fix, with a non-zero exit; with all-MiniLM-L6-v2 the written
+//! files hold exactly the rows `DualEncoder::encode_passages` computes here, and search returns
+//! the dot products recomputed here.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use infembed::encoder::{DualEncoder, EncoderConfig, tensor_rows};
+use infembed::{Device, EmbeddingIndex};
+
+const CORPUS: &str = concat!(
+    r#"{"id": "tea", "title": "Green tea", "text": "Green tea is steeped below boiling, around 80 degrees Celsius."}"#,
+    "\n",
+    r#"{"id": "espresso", "text": "Espresso forces hot water through finely ground coffee at nine bars of pressure."}"#,
+    "\n",
+    r#"{"_id": 3, "text": "A bicycle chain should be cleaned and oiled every few hundred kilometres."}"#,
+    "\n",
+    r#"{"id": "bread", "text": "Sourdough rises with wild yeast and lactic acid bacteria."}"#,
+    "\n",
+);
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_infembed"))
+}
+
+fn model_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/all-MiniLM-L6-v2");
+    if dir.join("model.safetensors").is_file() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIPPED: model not found at {}, run `cargo xtask fetch-model`",
+            dir.display()
+        );
+        None
+    }
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("the infembed binary starts")
+}
+
+/// The run failed with one stderr line that contains every one of `needles`, and no panic.
+fn assert_user_error(out: &Output, needles: &[&str]) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure, stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line expected: {stderr}");
+    for n in needles {
+        assert!(lines[0].contains(n), "`{n}` not in: {stderr}");
+    }
+}
+
+fn write_corpus(dir: &Path) -> PathBuf {
+    let path = dir.join("corpus.jsonl");
+    std::fs::write(&path, CORPUS).unwrap();
+    path
+}
+
+#[test]
+fn missing_model_dir_is_one_line_naming_it_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let model = dir.path().join("no-such-model");
+    let out = run(bin()
+        .args(["embed", "--model"])
+        .arg(&model)
+        .arg("--input")
+        .arg(&corpus)
+        .arg("--output")
+        .arg(dir.path().join("e.safetensors")));
+    assert_user_error(&out, &["no-such-model", "fetch-model"]);
+    let out = run(bin()
+        .args(["search", "--model"])
+        .arg(&model)
+        .arg("--corpus")
+        .arg(&corpus)
+        .args(["--query", "tea"]));
+    assert_user_error(&out, &["no-such-model", "fetch-model"]);
+}
+
+#[test]
+fn unreadable_and_empty_inputs_and_bad_outputs_are_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model-not-needed");
+    let embed = |input: &Path, output: &str| {
+        run(bin()
+            .args(["embed", "--model"])
+            .arg(&model)
+            .arg("--input")
+            .arg(input)
+            .arg("--output")
+            .arg(dir.path().join(output)))
+    };
+    // These are all detected before the model is loaded.
+    let missing = dir.path().join("missing.jsonl");
+    assert_user_error(&embed(&missing, "o.npy"), &["missing.jsonl", "cannot read"]);
+
+    let empty = dir.path().join("empty.jsonl");
+    std::fs::write(&empty, "\n").unwrap();
+    assert_user_error(&embed(&empty, "o.npy"), &["empty.jsonl", "no records"]);
+
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, "{\"id\": \"a\", \"text\": \"x\"}\n{\"id\": \"b\"}\n").unwrap();
+    assert_user_error(&embed(&bad, "o.npy"), &["bad.jsonl:2", "text", "missing"]);
+
+    let corpus = write_corpus(dir.path());
+    assert_user_error(&embed(&corpus, "o.csv"), &["o.csv", ".safetensors or .npy"]);
+
+    let out = run(bin()
+        .args(["search", "--model"])
+        .arg(&model)
+        .arg("--index")
+        .arg(dir.path().join("absent.safetensors"))
+        .args(["--query", "tea"]));
+    assert_user_error(&out, &["absent.safetensors", "cannot read"]);
+}
+
+#[test]
+fn index_of_another_dimension_is_refused_with_the_fix() {
+    let Some(model) = model_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d7.safetensors");
+    let mut index =
+        EmbeddingIndex::new(vec!["x".into(), "y".into()], vec![0.5; 14], 7, "other").unwrap();
+    index.save(&path).unwrap();
+    let out = run(bin()
+        .args(["search", "--model"])
+        .arg(&model)
+        .arg("--index")
+        .arg(&path)
+        .args(["--query", "tea"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let error_lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(error_lines.len(), 1, "{stderr}");
+    for needle in [
+        "d7.safetensors",
+        "7-dimensional",
+        "384-dimensional",
+        "re-embed",
+    ] {
+        assert!(
+            error_lines[0].contains(needle),
+            "`{needle}` not in {stderr}"
+        );
+    }
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn embed_and_search_round_trip_with_minilm() {
+    let Some(model) = model_dir() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+
+    // The reference rows, computed here with the encoder directly.
+    let encoder = DualEncoder::from_dir(&model, EncoderConfig::default(), &Device::default())
+        .expect("model loads");
+    let passages = [
+        "Green tea Green tea is steeped below boiling, around 80 degrees Celsius.",
+        "Espresso forces hot water through finely ground coffee at nine bars of pressure.",
+        "A bicycle chain should be cleaned and oiled every few hundred kilometres.",
+        "Sourdough rises with wild yeast and lactic acid bacteria.",
+    ];
+    let want = tensor_rows(encoder.encode_passages(&passages).unwrap().embeddings).unwrap();
+    let want_ids = ["tea", "espresso", "3", "bread"];
+
+    for name in ["e.safetensors", "e.npy"] {
+        let output = dir.path().join(name);
+        let out = run(bin()
+            .args(["embed", "--model"])
+            .arg(&model)
+            .arg("--input")
+            .arg(&corpus)
+            .arg("--output")
+            .arg(&output));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let index = EmbeddingIndex::load(&output).unwrap();
+        assert_eq!(index.ids, want_ids);
+        assert_eq!(index.dim, 384);
+        for (i, row) in want.iter().enumerate() {
+            let d = max_abs_diff(index.row(i), row);
+            assert!(d < 1e-5, "{name} row {i} differs by {d}");
+        }
+    }
+
+    // Search the saved index and the corpus directly; the query is a corpus text verbatim.
+    let query = passages[2];
+    let q = tensor_rows(encoder.encode_queries(&[("", query)]).unwrap().embeddings).unwrap();
+    let dots: Vec<f64> = want
+        .iter()
+        .map(|row| row.iter().zip(&q[0]).map(|(a, b)| f64::from(a * b)).sum())
+        .collect();
+    for source in [
+        [
+            "--index",
+            dir.path().join("e.safetensors").to_str().unwrap(),
+        ],
+        ["--corpus", corpus.to_str().unwrap()],
+    ] {
+        let out = run(bin()
+            .args(["search", "--model"])
+            .arg(&model)
+            .args(source)
+            .args(["--query", query, "-k", "4", "--json"]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let hits = v["hits"].as_array().unwrap();
+        assert_eq!(hits.len(), 4);
+        assert_eq!(hits[0]["id"], "3", "a corpus text finds itself first");
+        let mut last = f64::INFINITY;
+        for (r, hit) in hits.iter().enumerate() {
+            assert_eq!(hit["rank"], r + 1);
+            let id = hit["id"].as_str().unwrap();
+            let row = want_ids.iter().position(|w| *w == id).unwrap();
+            let score = hit["score"].as_f64().unwrap();
+            assert!(
+                (score - dots[row]).abs() < 1e-5,
+                "{id}: {score} vs {}",
+                dots[row]
+            );
+            assert!(score <= last, "scores descend");
+            last = score;
+        }
+        if source[0] == "--corpus" {
+            assert_eq!(hits[0]["text"], query);
+        }
+    }
+
+    // The table output: rank, score, id and the first 100 characters of the text.
+    let out = run(bin()
+        .args(["search", "--model"])
+        .arg(&model)
+        .arg("--corpus")
+        .arg(&corpus)
+        .args([
+            "--query",
+            "how hot should the water be for tea",
+            "--instruction",
+            "I drink tea, not coffee",
+            "-k",
+            "2",
+        ]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    let first = stdout.lines().next().unwrap();
+    assert!(
+        first.trim_start().starts_with("1 ") && first.contains("tea") && first.contains("Green"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().count(), 2);
+}

@@ -1,0 +1,346 @@
+//! `EmbeddingIndex` files checked by independent readers written here (the safetensors and NumPy
+//! layouts parsed by hand from their specifications), top-k against a naive full sort, and the
+//! typed errors of the JSONL text reader.
+
+use std::path::Path;
+
+use infembed::index::ids_path;
+use infembed::{EmbeddingIndex, Error, read_texts};
+use proptest::prelude::*;
+
+fn sample_index() -> EmbeddingIndex {
+    let ids = vec!["a".to_string(), "7".into(), "doc é".into()];
+    let dim = 4;
+    let embeddings: Vec<f32> = (0..ids.len() * dim)
+        .map(|i| (i as f32 * 0.37).sin())
+        .collect();
+    EmbeddingIndex::new(ids, embeddings, dim, "models/some-model").unwrap()
+}
+
+fn le_f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+/// Parses a safetensors file from the published layout: u64 LE header size, JSON header, data.
+fn read_safetensors_by_hand(path: &Path) -> (serde_json::Value, Vec<u8>) {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    (header, bytes[8 + n..].to_vec())
+}
+
+#[test]
+fn safetensors_file_has_the_documented_layout_and_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("index.safetensors");
+    let mut index = sample_index();
+    index.save(&path).unwrap();
+
+    let (header, data) = read_safetensors_by_hand(&path);
+    let t = &header["embeddings"];
+    assert_eq!(t["dtype"], "F32");
+    assert_eq!(t["shape"], serde_json::json!([3, 4]));
+    let [start, end] = [0, 1].map(|i| t["data_offsets"][i].as_u64().unwrap() as usize);
+    assert_eq!(le_f32s(&data[start..end]), index.embeddings);
+    let meta = &header["__metadata__"];
+    let ids: Vec<String> = serde_json::from_str(meta["ids"].as_str().unwrap()).unwrap();
+    assert_eq!(ids, index.ids);
+    assert_eq!(meta["model"], "models/some-model");
+
+    let loaded = EmbeddingIndex::load(&path).unwrap();
+    assert_eq!(loaded.ids, index.ids);
+    assert_eq!(loaded.embeddings, index.embeddings);
+    assert_eq!(loaded.dim, 4);
+    assert_eq!(loaded.model, "models/some-model");
+    assert_eq!(loaded.source.as_deref(), Some(path.as_path()));
+    assert!(
+        !dir.path().join("index.safetensors.tmp").exists(),
+        "temp file left"
+    );
+}
+
+#[test]
+fn npy_file_has_the_documented_layout_and_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.npy");
+    let mut index = sample_index();
+    index.save(&path).unwrap();
+
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(&bytes[..6], b"\x93NUMPY");
+    assert_eq!(&bytes[6..8], &[1, 0], "format version 1.0");
+    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    assert_eq!((10 + hlen) % 64, 0, "header aligned to 64 bytes");
+    let header = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
+    assert!(header.ends_with('\n'));
+    assert!(header.contains("'descr': '<f4'"), "{header}");
+    assert!(header.contains("'fortran_order': False"), "{header}");
+    assert!(header.contains("'shape': (3, 4)"), "{header}");
+    assert_eq!(le_f32s(&bytes[10 + hlen..]), index.embeddings);
+
+    let ids_file = dir.path().join("out.ids.txt");
+    assert_eq!(ids_path(&path), ids_file);
+    assert_eq!(std::fs::read_to_string(&ids_file).unwrap(), "a\n7\ndoc é\n");
+
+    let loaded = EmbeddingIndex::load(&path).unwrap();
+    assert_eq!(loaded.ids, index.ids);
+    assert_eq!(loaded.embeddings, index.embeddings);
+    assert_eq!(loaded.model, "", ".npy keeps no model name");
+}
+
+#[test]
+fn unknown_extensions_and_broken_files_are_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = sample_index();
+    for name in ["out.txt", "out", "out.safetensor"] {
+        let path = dir.path().join(name);
+        let err = index.save(&path).unwrap_err();
+        assert!(
+            matches!(&err, Error::UnknownIndexFormat { path: p } if *p == path),
+            "{err}"
+        );
+        assert!(err.to_string().contains(".safetensors or .npy"), "{err}");
+        assert!(matches!(
+            EmbeddingIndex::load(&path).unwrap_err(),
+            Error::UnknownIndexFormat { .. }
+        ));
+    }
+
+    let missing = dir.path().join("nothing.safetensors");
+    let err = EmbeddingIndex::load(&missing).unwrap_err();
+    assert!(
+        matches!(&err, Error::Read { path, .. } if *path == missing),
+        "{err}"
+    );
+
+    let garbage = dir.path().join("garbage.safetensors");
+    std::fs::write(&garbage, b"not a safetensors file at all").unwrap();
+    let err = EmbeddingIndex::load(&garbage).unwrap_err();
+    assert!(matches!(err, Error::Safetensors { .. }), "{err}");
+    assert!(err.to_string().contains("garbage.safetensors"), "{err}");
+
+    // A .npy without its ids side file names the side file.
+    let npy = dir.path().join("lonely.npy");
+    index.save(&npy).unwrap();
+    std::fs::remove_file(ids_path(&npy)).unwrap();
+    let err = EmbeddingIndex::load(&npy).unwrap_err();
+    assert!(
+        matches!(&err, Error::Read { path, .. } if *path == ids_path(&npy)),
+        "{err}"
+    );
+
+    // Too few ids for the rows.
+    index.save(&npy).unwrap();
+    std::fs::write(ids_path(&npy), "a\n7\n").unwrap();
+    let err = EmbeddingIndex::load(&npy).unwrap_err();
+    assert!(matches!(err, Error::IndexFormat { .. }), "{err}");
+
+    // float64 data is refused, not misread.
+    let f64_npy = dir.path().join("f64.npy");
+    let mut header = "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2), }".to_string();
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend([0u8; 16]);
+    std::fs::write(&f64_npy, bytes).unwrap();
+    std::fs::write(ids_path(&f64_npy), "x\n").unwrap();
+    let err = EmbeddingIndex::load(&f64_npy).unwrap_err();
+    assert!(err.to_string().contains("<f4"), "{err}");
+}
+
+#[test]
+fn bad_shapes_duplicate_ids_and_line_breaks_are_refused() {
+    let err = EmbeddingIndex::new(vec!["a".into()], vec![1.0; 3], 2, "").unwrap_err();
+    assert!(matches!(err, Error::IndexShape { .. }), "{err}");
+    let err = EmbeddingIndex::new(vec!["a".into(), "a".into()], vec![1.0; 4], 2, "").unwrap_err();
+    assert!(err.to_string().contains("`a`"), "{err}");
+    let err = EmbeddingIndex::new(vec!["a".into()], vec![f32::NAN, 0.0], 2, "").unwrap_err();
+    assert!(err.to_string().contains("non-finite"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = EmbeddingIndex::new(vec!["a\nb".into()], vec![1.0, 0.0], 2, "").unwrap();
+    let err = index.save(dir.path().join("x.npy")).unwrap_err();
+    assert!(err.to_string().contains("line break"), "{err}");
+    // safetensors keeps such ids.
+    index.save(dir.path().join("x.safetensors")).unwrap();
+    let loaded = EmbeddingIndex::load(dir.path().join("x.safetensors")).unwrap();
+    assert_eq!(loaded.ids, vec!["a\nb".to_string()]);
+}
+
+#[test]
+fn dimension_mismatch_names_the_index_both_dimensions_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idx.safetensors");
+    sample_index().save(&path).unwrap();
+    let index = EmbeddingIndex::load(&path).unwrap();
+    let err = index.top_k(&[0.0; 5], 3).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::DimensionMismatch { index, index_dim: 4, model_dim: 5, .. } if *index == path
+        ),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("idx.safetensors") && msg.contains("re-embed"),
+        "{msg}"
+    );
+}
+
+/// The naive reference: every document's score summed left to right, the whole list sorted by
+/// score descending then id descending, the first k kept.
+fn naive_top_k(ids: &[String], rows: &[Vec<f32>], q: &[f32], k: usize) -> Vec<(String, f32)> {
+    let mut all: Vec<(String, f32)> = ids
+        .iter()
+        .zip(rows)
+        .map(|(id, row)| {
+            let mut s = 0.0f32;
+            for (a, b) in row.iter().zip(q) {
+                s += a * b;
+            }
+            (id.clone(), s)
+        })
+        .collect();
+    all.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap().then_with(|| b.0.cmp(&a.0)));
+    all.truncate(k);
+    all
+}
+
+proptest! {
+    /// Values from {-1, -0.5, 0, 0.5, 1} make many exact ties, so the tie rule is exercised.
+    #[test]
+    fn top_k_equals_a_naive_full_sort(
+        rows in prop::collection::vec(prop::collection::vec(-2i8..=2, 3), 1..30),
+        q in prop::collection::vec(-2i8..=2, 3),
+        k in 0usize..35,
+        id_seed in 0u64..1000,
+    ) {
+        let rows: Vec<Vec<f32>> = rows
+            .iter()
+            .map(|r| r.iter().map(|&v| f32::from(v) / 2.0).collect())
+            .collect();
+        let q: Vec<f32> = q.iter().map(|&v| f32::from(v) / 2.0).collect();
+        // Distinct ids whose order differs from the row order.
+        let ids: Vec<String> = (0..rows.len())
+            .map(|i| format!("d{}", (i as u64 * 7919 + id_seed) % 100_003))
+            .collect();
+        let index = EmbeddingIndex::new(ids.clone(), rows.concat(), 3, "").unwrap();
+        let hits = index.top_k(&q, k).unwrap();
+        let want = naive_top_k(&ids, &rows, &q, k);
+        prop_assert_eq!(hits.len(), want.len());
+        for (i, (hit, (id, score))) in hits.iter().zip(&want).enumerate() {
+            prop_assert_eq!(hit.rank, i + 1);
+            prop_assert_eq!(&hit.id, id);
+            prop_assert_eq!(hit.score, *score);
+            prop_assert_eq!(&ids[hit.row], id);
+        }
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn texts_are_read_with_ids_titles_and_instructions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "c.jsonl",
+        concat!(
+            r#"{"_id": "x1", "title": "T", "text": "body"}"#,
+            "\n\n",
+            r#"{"id": 42, "text": "plain", "title": null, "extra": [1]}"#,
+            "\n",
+            r#"{"_id": "q", "id": "q", "text": "find", "instruction": "only recent"}"#,
+            "\n",
+        ),
+    );
+    let texts = read_texts(&path).unwrap();
+    let ids: Vec<&str> = texts.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["x1", "42", "q"]);
+    assert_eq!(texts[0].passage_text(), "T body");
+    assert_eq!(texts[1].passage_text(), "plain");
+    assert_eq!(texts[2].instruction.as_deref(), Some("only recent"));
+}
+
+#[test]
+fn text_reader_errors_name_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = r#"{"id": "a", "text": "x"}"#;
+    let cases = [
+        (format!("{ok}\nnot json\n"), 2, "<line>"),
+        (format!("{ok}\n[1, 2]\n"), 2, "<line>"),
+        (format!("{ok}\n{{\"id\": \"b\"}}\n"), 2, "text"),
+        (format!("{ok}\n{{\"id\": \"b\", \"text\": 3}}\n"), 2, "text"),
+        ("{\"text\": \"x\"}\n".to_string(), 1, "id"),
+        ("{\"id\": 1.5, \"text\": \"x\"}\n".to_string(), 1, "id"),
+        ("{\"_id\": \" \", \"text\": \"x\"}\n".to_string(), 1, "_id"),
+        (
+            "{\"_id\": \"a\", \"id\": \"b\", \"text\": \"x\"}\n".to_string(),
+            1,
+            "id",
+        ),
+        (
+            "{\"id\": \"a\", \"text\": \"x\", \"title\": 5}\n".to_string(),
+            1,
+            "title",
+        ),
+    ];
+    for (i, (content, line, field)) in cases.iter().enumerate() {
+        let path = write(dir.path(), &format!("bad{i}.jsonl"), content);
+        let err = read_texts(&path).unwrap_err();
+        match &err {
+            Error::InputField {
+                path: p,
+                line: l,
+                field: f,
+                ..
+            } => {
+                assert_eq!((p, l, f.as_str()), (&path, line, *field), "{err}");
+            }
+            other => panic!("case {i}: unexpected {other}"),
+        }
+        assert!(err.to_string().contains(&format!("bad{i}.jsonl:{line}")));
+    }
+
+    let dup = write(dir.path(), "dup.jsonl", &format!("{ok}\n{ok}\n"));
+    let err = read_texts(&dup).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::DuplicateId {
+                line: 2,
+                first_line: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    let empty = write(dir.path(), "empty.jsonl", "\n  \n");
+    let err = read_texts(&empty).unwrap_err();
+    assert!(
+        matches!(&err, Error::EmptyInput { path } if *path == empty),
+        "{err}"
+    );
+
+    let missing = dir.path().join("missing.jsonl");
+    let err = read_texts(&missing).unwrap_err();
+    assert!(
+        matches!(&err, Error::Read { path, .. } if *path == missing),
+        "{err}"
+    );
+    let err = read_texts(dir.path()).unwrap_err();
+    assert!(err.to_string().contains("directory"), "{err}");
+}
