@@ -376,10 +376,23 @@ fn training_drives_the_loss_of_a_repeated_batch_down() {
 
 #[test]
 fn a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one() {
+    resume_matches(&[2, 3]);
+}
+
+/// Known bug (issue 6 note): resuming from a checkpoint written at or after the first epoch's
+/// end (step 4 here, 3 steps per epoch) ends with weights that differ from the uninterrupted
+/// run. Run with `--ignored` when fixing it.
+#[test]
+#[ignore = "known bug: resume from a checkpoint after the first epoch is not bit-identical yet"]
+fn a_run_resumed_after_the_first_epoch_ends_with_the_uninterrupted_weights() {
+    resume_matches(&[4, 5]);
+}
+
+fn resume_matches(stops: &[usize]) {
     let _guard = rng_lock();
     let dir = tempfile::tempdir().unwrap();
     let (whole, _) = run(config(dir.path(), "whole"));
-    for stop in [2, 3] {
+    for &stop in stops {
         let name = format!("resumed-{stop}");
         let mut first = Trainer::new(config(dir.path(), &name), &Device::flex())
             .unwrap()
@@ -391,9 +404,9 @@ fn a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one() {
             .unwrap()
             .quiet(true);
         assert!(second.resume().unwrap());
-        // Checkpoints are every 2 steps: stopping after step 3 resumes from step 2 and
-        // redoes step 3.
-        assert_eq!(second.state().step, 2);
+        // Checkpoints are every 2 steps (and at the end): stopping after step 3 resumes from
+        // step 2 and redoes step 3.
+        assert_eq!(second.state().step, stop / 2 * 2);
         second.run().unwrap();
         assert_eq!(weights_of(second.model()), whole, "stop after {stop}");
     }
