@@ -438,6 +438,10 @@ impl Trainer {
                 if done >= total {
                     break 'epochs;
                 }
+                if end_of_epoch {
+                    // The next epoch has its own order: recompute the batches.
+                    break;
+                }
             }
         }
         let seconds = started.elapsed().as_secs_f64();

@@ -379,11 +379,9 @@ fn a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one() {
     resume_matches(&[2, 3]);
 }
 
-/// Known bug (issue 6 note): resuming from a checkpoint written at or after the first epoch's
-/// end (step 4 here, 3 steps per epoch) ends with weights that differ from the uninterrupted
-/// run. Run with `--ignored` when fixing it.
+/// Resuming from a checkpoint written at or after an epoch's end (3 steps per epoch here) must
+/// recompute the next epoch's order exactly as the uninterrupted run does.
 #[test]
-#[ignore = "known bug: resume from a checkpoint after the first epoch is not bit-identical yet"]
 fn a_run_resumed_after_the_first_epoch_ends_with_the_uninterrupted_weights() {
     resume_matches(&[4, 5]);
 }

@@ -92,12 +92,9 @@ fn a_run_killed_in_its_first_epoch_resumes_to_the_uninterrupted_weights() {
     killed_and_resumed_matches_uninterrupted(5);
 }
 
-/// Known bug (issue 6 note): resuming from a checkpoint written after the first epoch gives
-/// weights that differ from the uninterrupted run (by up to 1e-2 on this tiny model), while
-/// resuming inside the first epoch is bit-identical. Run with `--ignored` when fixing it.
 #[test]
-#[ignore = "known bug: resume after the first epoch is not bit-identical yet"]
 fn a_run_killed_in_a_later_epoch_resumes_to_the_uninterrupted_weights() {
+    // Killed after the checkpoint of step 15: 3 steps into the second epoch.
     killed_and_resumed_matches_uninterrupted(15);
 }
 
