@@ -9,7 +9,7 @@
 //! optimizer itself so that a checkpoint holds its state together with the data position.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::module::Module;
@@ -548,9 +548,4 @@ pub fn describe(config: &TrainConfig) -> String {
         config.epochs,
         config.batch.records
     )
-}
-
-/// `true` when `dir` holds a finished run's final model.
-pub fn has_final_model(output_dir: &Path) -> bool {
-    output_dir.join("final").join("config.json").is_file()
 }
