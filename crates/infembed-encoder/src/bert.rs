@@ -8,12 +8,12 @@ use burn::nn::{
     LinearConfig,
 };
 use burn::prelude::*;
-use burn::tensor::activation::gelu;
 use serde::{Deserialize, Serialize};
 
 use crate::attention::{attend, key_padding_mask, merge_heads, split_heads};
 use crate::backbone::BackboneInput;
 use crate::error::{Error, Result};
+use crate::kernels::{dropout, gelu};
 use crate::weights;
 
 /// Hyper-parameters of a BERT checkpoint, as in its Hugging Face `config.json`.
@@ -270,7 +270,7 @@ pub struct BertPooler {
 
 impl BertResidualOutput {
     fn forward(&self, x: Tensor<3>, residual: Tensor<3>) -> Tensor<3> {
-        let x = self.dropout.forward(self.dense.forward(x));
+        let x = dropout(&self.dropout, self.dense.forward(x));
         self.layer_norm.forward(x + residual)
     }
 }
@@ -289,7 +289,7 @@ impl BertModel {
             + e.position_embeddings.forward(positions)
             + e.token_type_embeddings
                 .forward(input.token_type_ids.clone());
-        let mut x = e.dropout.forward(e.layer_norm.forward(x));
+        let mut x = dropout(&e.dropout, e.layer_norm.forward(x));
         let mask = key_padding_mask(input.padding.clone());
         for layer in &self.encoder.layer {
             let sa = &layer.attention.self_attn;

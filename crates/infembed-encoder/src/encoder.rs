@@ -260,8 +260,7 @@ impl Embedder<'_> {
         let n = texts.len();
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(batch.ids[i].len()));
-        let mut parts = Vec::with_capacity(n.div_ceil(batch_size.max(1)));
-        for chunk in order.chunks(batch_size.max(1)) {
+        let forward = |chunk: &[usize]| {
             let ids: Vec<Vec<u32>> = chunk.iter().map(|&i| batch.ids[i].clone()).collect();
             let types: Vec<Vec<u32>> = chunk.iter().map(|&i| batch.type_ids[i].clone()).collect();
             let sub = TokenBatch {
@@ -271,7 +270,27 @@ impl Embedder<'_> {
             };
             let input = self.tokenizer.to_input(&sub, self.device);
             let hidden = self.backbone.forward(&input);
-            parts.push(pool(hidden, input.attention_mask, self.pooling));
+            pool(hidden, input.attention_mask, self.pooling)
+        };
+        let chunks: Vec<&[usize]> = order.chunks(batch_size.max(1)).collect();
+        let mut parts = Vec::with_capacity(chunks.len());
+        if self.device.is_autodiff() {
+            // Training: one pass after another, so dropout draws stay in a fixed order.
+            parts.extend(chunks.iter().map(|c| forward(c)));
+        } else {
+            // Inference: two batches in flight. The CPU backend runs element-wise ops on
+            // the calling thread and matrix products on all threads, so a second batch
+            // fills the core the first leaves idle.
+            for pair in chunks.chunks(2) {
+                match pair {
+                    [a, b] => {
+                        let (x, y) = rayon::join(|| forward(a), || forward(b));
+                        parts.push(x);
+                        parts.push(y);
+                    }
+                    _ => parts.extend(pair.iter().map(|c| forward(c))),
+                }
+            }
         }
         let sorted = if parts.len() == 1 {
             parts.pop().expect("one part")

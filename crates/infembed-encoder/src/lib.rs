@@ -38,6 +38,7 @@ pub mod dual;
 pub mod encoder;
 pub mod error;
 pub mod interaction;
+pub mod kernels;
 pub mod modernbert;
 pub mod pool;
 mod rope;

@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
+use crate::kernels::gelu;
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
-use burn::tensor::activation::gelu;
 use serde::{Deserialize, Serialize};
 
 use crate::attention::{attend, key_padding_mask, merge_heads, split_heads};

@@ -113,11 +113,15 @@ impl InferenceStep for InfEmbedLearnerModel {
         let emb = encoder
             .encode_batch_with(&rows, &item.instruction_rows)
             .unwrap_or_else(|e| panic!("InF-Embed validation step failed: {e}"));
-        let mut lb =
-            infembed_losses::LossBatch::new(emb.p, emb.iq).with_instruction_negatives(emb.iq_instr);
-        if c.mask_duplicates {
-            lb = lb.with_mask(item.duplicate_mask(&device));
-        }
+        let with_instr = item.instruction_rows.first().is_some_and(|l| !l.is_empty());
+        let lb = crate::step::loss_batch(
+            emb.p,
+            emb.iq,
+            with_instr.then_some(emb.iq_instr),
+            &item,
+            c.mask_duplicates,
+            &device,
+        );
         StepOutput {
             loss: c.loss.forward(&lb).detach(),
         }

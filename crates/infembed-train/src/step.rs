@@ -44,7 +44,9 @@ pub struct StepGrads {
     pub texts: usize,
 }
 
-fn loss_batch(
+/// The losses crate's input for one batch: embeddings, the instruction negatives when the
+/// objective has them, and the duplicate-text mask when `mask_duplicates`.
+pub(crate) fn loss_batch(
     p: Tensor<2>,
     iq: Tensor<2>,
     iq_instr: Option<Tensor<3>>,
