@@ -1,7 +1,9 @@
 //! Scaled dot-product attention shared by all backbones, with padding masks, optional causal
 //! masking and grouped-query attention.
 
+use burn::nn::Dropout;
 use burn::prelude::*;
+use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 
@@ -64,6 +66,43 @@ pub(crate) fn attend(
     )
 }
 
+/// [`attend`] (no causal mask, `H == Hkv`) with dropout on the attention probabilities, as
+/// Hugging Face's BERT trains. When `dropout` is active (training mode on an autodiff device,
+/// `prob > 0`) the product is spelled out (`softmax(q k^T / sqrt(d_head))`, masked keys at
+/// -1e9, dropout, times `v`); otherwise this is [`attend`].
+pub(crate) fn attend_with_dropout(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: Tensor<4, Bool>,
+    dropout: &Dropout,
+) -> Tensor<4> {
+    let active = dropout.prob > 0.0 && dropout.training.is_enabled() && q.device().is_autodiff();
+    if active {
+        attend_decomposed(q, k, v, mask, dropout)
+    } else {
+        attend(q, k, v, mask, false)
+    }
+}
+
+/// The spelled-out attention of [`attend_with_dropout`]. Shapes as [`attend`] with `H == Hkv`.
+fn attend_decomposed(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: Tensor<4, Bool>,
+    dropout: &Dropout,
+) -> Tensor<4> {
+    let [b, h, lq, dh] = q.dims();
+    let lk = k.dims()[2];
+    let scores = q
+        .matmul(k.swap_dims(2, 3))
+        .mul_scalar(1.0 / (dh as f64).sqrt());
+    let scores = scores.mask_fill(mask.expand([b, h, lq, lk]), -1e9);
+    let probs = crate::kernels::dropout(dropout, softmax(scores, 3));
+    probs.matmul(v)
+}
+
 /// Splits `[B, L, H*Dh]` into heads: `[B, H, L, Dh]`.
 pub(crate) fn split_heads(x: Tensor<3>, heads: usize) -> Tensor<4> {
     let [b, l, d] = x.dims();
@@ -74,4 +113,67 @@ pub(crate) fn split_heads(x: Tensor<3>, heads: usize) -> Tensor<4> {
 pub(crate) fn merge_heads(x: Tensor<4>) -> Tensor<3> {
     let [b, h, l, dh] = x.dims();
     x.swap_dims(1, 2).reshape([b, l, h * dh])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::nn::DropoutConfig;
+    use burn::tensor::Distribution;
+
+    /// The spelled-out product (dropout 0) equals the fused attention op, padding included.
+    #[test]
+    fn decomposed_attention_equals_fused_attention() {
+        let device = Device::default();
+        let (b, h, l, dh) = (3, 4, 7, 8);
+        device.seed(11);
+        let rand = || Tensor::<4>::random([b, h, l, dh], Distribution::Normal(0.0, 1.0), &device);
+        let (q, k, v) = (rand(), rand(), rand());
+        // rows 1 and 2 end in 2 and 5 padding positions
+        let pad: Vec<bool> = (0..b * l)
+            .map(|i| (i / l == 1 && i % l >= 5) || (i / l == 2 && i % l >= 2))
+            .collect();
+        let pad = Tensor::<2, Bool>::from_data(TensorData::new(pad, [b, l]), &device);
+        let mask = key_padding_mask(pad);
+        let fused = attend(q.clone(), k.clone(), v.clone(), mask.clone(), false);
+        let spelled = attend_decomposed(q, k, v, mask, &DropoutConfig::new(0.0).init());
+        let diff = (fused - spelled).abs().max().into_scalar::<f32>();
+        assert!(diff < 1e-5, "max difference {diff}");
+    }
+
+    /// In training mode the attention probabilities are dropped (reproducibly per seed); in
+    /// evaluation mode nothing changes.
+    #[test]
+    fn attention_dropout_is_active_only_in_training() {
+        let device = Device::default().autodiff();
+        device.seed(3);
+        let rand = || Tensor::<4>::random([2, 2, 6, 4], Distribution::Normal(0.0, 1.0), &device);
+        let (q, k, v) = (rand(), rand(), rand());
+        let pad = Tensor::<2, Bool>::from_data(TensorData::new(vec![false; 12], [2, 6]), &device);
+        let mask = key_padding_mask(pad);
+        let drop = DropoutConfig::new(0.5).init();
+        let run = |d: &Dropout, seed: u64| {
+            device.seed(seed);
+            attend_with_dropout(q.clone(), k.clone(), v.clone(), mask.clone(), d)
+                .into_data()
+                .try_to_vec::<f32>()
+                .expect("f32")
+        };
+        let plain = attend(q.clone(), k.clone(), v.clone(), mask.clone(), false)
+            .into_data()
+            .try_to_vec::<f32>()
+            .expect("f32");
+        let eval = run(&drop.valid(), 5);
+        let max_diff = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max)
+        };
+        assert!(max_diff(&eval, &plain) < 1e-6);
+        let (t1, t2, t3) = (run(&drop, 5), run(&drop, 5), run(&drop, 6));
+        assert_eq!(t1, t2, "same seed, same masks");
+        assert!(max_diff(&t1, &plain) > 1e-3, "dropout changed nothing");
+        assert_ne!(t1, t3, "another seed, other masks");
+    }
 }

@@ -10,7 +10,7 @@ use burn::nn::{
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::attention::{attend, key_padding_mask, merge_heads, split_heads};
+use crate::attention::{attend_with_dropout, key_padding_mask, merge_heads, split_heads};
 use crate::backbone::BackboneInput;
 use crate::error::{Error, Result};
 use crate::kernels::{dropout, gelu};
@@ -46,6 +46,9 @@ pub struct BertConfig {
     /// Dropout on hidden states (training only).
     #[serde(default)]
     pub hidden_dropout_prob: f64,
+    /// Dropout on attention probabilities (training only; 0 when absent from `config.json`).
+    #[serde(default)]
+    pub attention_probs_dropout_prob: f64,
     /// Position embedding kind; only `absolute` is supported.
     #[serde(default = "default_pos")]
     pub position_embedding_type: String,
@@ -124,6 +127,8 @@ impl BertConfig {
                                 key: lin(d, d),
                                 value: lin(d, d),
                                 heads: self.num_attention_heads,
+                                dropout: DropoutConfig::new(self.attention_probs_dropout_prob)
+                                    .init(),
                             },
                             output: BertResidualOutput {
                                 dense: lin(d, d),
@@ -241,6 +246,8 @@ pub struct BertSelfAttention {
     pub value: Linear,
     /// Number of heads.
     pub heads: usize,
+    /// Dropout on the attention probabilities (training only).
+    pub dropout: Dropout,
 }
 
 /// `LayerNorm(dropout(dense(x)) + residual)`.
@@ -296,7 +303,7 @@ impl BertModel {
             let q = split_heads(sa.query.forward(x.clone()), sa.heads);
             let k = split_heads(sa.key.forward(x.clone()), sa.heads);
             let v = split_heads(sa.value.forward(x.clone()), sa.heads);
-            let ctx = merge_heads(attend(q, k, v, mask.clone(), false));
+            let ctx = merge_heads(attend_with_dropout(q, k, v, mask.clone(), &sa.dropout));
             let h = layer.attention.output.forward(ctx, x);
             let inner = gelu(layer.intermediate.dense.forward(h.clone()));
             x = layer.output.forward(inner, h);
