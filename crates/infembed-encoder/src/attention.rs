@@ -68,8 +68,8 @@ pub(crate) fn attend(
 
 /// [`attend`] (no causal mask, `H == Hkv`) with dropout on the attention probabilities, as
 /// Hugging Face's BERT trains. When `dropout` is active (training mode on an autodiff device,
-/// `prob > 0`) the product is spelled out (`softmax(q k^T / sqrt(d_head))`, masked keys at
-/// -1e9, dropout, times `v`); otherwise this is [`attend`].
+/// `prob > 0`) the product is spelled out (`softmax(q k^T / sqrt(d_head))`, masked keys
+/// pushed down by 1e9, dropout, times `v`); otherwise this is [`attend`].
 pub(crate) fn attend_with_dropout(
     q: Tensor<4>,
     k: Tensor<4>,
@@ -93,12 +93,14 @@ fn attend_decomposed(
     mask: Tensor<4, Bool>,
     dropout: &Dropout,
 ) -> Tensor<4> {
-    let [b, h, lq, dh] = q.dims();
-    let lk = k.dims()[2];
+    let dh = q.dims()[3];
     let scores = q
         .matmul(k.swap_dims(2, 3))
         .mul_scalar(1.0 / (dh as f64).sqrt());
-    let scores = scores.mask_fill(mask.expand([b, h, lq, lk]), -1e9);
+    // An additive constant (-1e9 on masked keys, broadcast over heads) rather than `mask_fill`:
+    // the same softmax (masked terms underflow to 0 either way), but no `[B, H, L, L]` mask is
+    // materialized and the backward pass has no masking step.
+    let scores = scores + mask.float().mul_scalar(-1e9);
     let probs = crate::kernels::dropout(dropout, softmax(scores, 3));
     probs.matmul(v)
 }
