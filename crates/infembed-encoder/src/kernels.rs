@@ -182,6 +182,11 @@ fn flex_map(
     FlexTensor::from_data(TensorData::new(out, t.layout().shape().to_vec()))
 }
 
+/// GELU of every element of a flex `f32` tensor.
+fn gelu_flex(t: FlexTensor) -> FlexTensor {
+    flex_map(t, None, |v, _, _| gelu_scalar(v))
+}
+
 /// The autodiff step of [`gelu`]: `grad * gelu'(x)`, with `x` kept as the state.
 #[derive(Debug)]
 struct GeluBackward;
@@ -215,19 +220,17 @@ pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let y = flex_map(input.clone(), None, |v, _, _| gelu_scalar(v));
+                let y = gelu_flex(input.clone());
                 prep.finish(input, y)
             }
-            OpsKind::UnTracked(prep) => {
-                prep.finish(flex_map(input, None, |v, _, _| gelu_scalar(v)))
-            }
+            OpsKind::UnTracked(prep) => prep.finish(gelu_flex(input)),
         };
         return Tensor::from_primitive::<Autodiff<Flex>>(out);
     }
     match x.clone().try_into_primitive::<Flex>() {
         Ok(t) => {
             drop(x);
-            Tensor::from_primitive::<Flex>(flex_map(t, None, |v, _, _| gelu_scalar(v)))
+            Tensor::from_primitive::<Flex>(gelu_flex(t))
         }
         Err(_) => activation::gelu(x),
     }
@@ -261,16 +264,19 @@ struct DropoutBackward;
 /// `(seed, threshold, scale)` of one dropout call.
 type DropoutState = (u64, u32, f32);
 
+/// Multiplies every element of a flex `f32` tensor by its dropout factor under `state`.
+fn apply_dropout(t: FlexTensor, (seed, threshold, scale): DropoutState) -> FlexTensor {
+    flex_map(t, None, |v, _, i| {
+        v * dropout_factor(seed, i, threshold, scale)
+    })
+}
+
 impl Backward<Flex, 1> for DropoutBackward {
     type State = DropoutState;
 
     fn backward(self, ops: Ops<DropoutState, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let (seed, threshold, scale) = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |g| {
-            flex_map(g, None, |v, _, i| {
-                v * dropout_factor(seed, i, threshold, scale)
-            })
-        });
+        let state = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |g| apply_dropout(g, state));
     }
 }
 
@@ -306,16 +312,14 @@ pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
     // keep probability as a threshold on 32 uniform bits
     let threshold = (keep * 4_294_967_296.0).min(4_294_967_295.0) as u32;
     let scale = (1.0 / keep) as f32;
-    let input = t.primitive().clone();
-    let y = flex_map(input, None, |v, _, i| {
-        v * dropout_factor(seed, i, threshold, scale)
-    });
+    let state = (seed, threshold, scale);
+    let y = apply_dropout(t.primitive().clone(), state);
     let out = match DropoutBackward
         .prepare::<NoCheckpointing>([t.node()])
         .compute_bound()
         .stateful()
     {
-        OpsKind::Tracked(prep) => prep.finish((seed, threshold, scale), y),
+        OpsKind::Tracked(prep) => prep.finish(state, y),
         OpsKind::UnTracked(prep) => prep.finish(y),
     };
     Tensor::from_primitive::<Autodiff<Flex>>(out)
