@@ -32,6 +32,9 @@ TEXTS = [
     "find documents about the ocean and ships",
 ]
 MAX_SEQ_LENGTH = 16  # the long text above is truncated
+# Width of every tiny model (4 heads of 4 dimensions): small enough that the four fixtures
+# together stay near 300 KB, wide enough for multi-head attention, rotary pairs and GQA.
+HIDDEN = 16
 
 WORDS = ("the a an cat dog sat on mat hello world find documents about ocean ships and "
          "retrieval models follow instructions when query asks for recent news is of to in").split()
@@ -138,8 +141,8 @@ def make_bert():
     tok = BertTokenizerFast(tokenizer_object=raw._tokenizer, unk_token="[UNK]", cls_token="[CLS]",
                             sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]")
     assert tok("the cat")["input_ids"] == [2, vocab.index("the"), vocab.index("cat"), 3], tok("the cat")
-    cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=64, max_position_embeddings=64, type_vocab_size=2,
+    cfg = BertConfig(vocab_size=len(vocab), hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=2 * HIDDEN, max_position_embeddings=64, type_vocab_size=2,
                      layer_norm_eps=1e-12, pad_token_id=0)
     torch.manual_seed(0)
     model = BertModel(cfg)
@@ -168,7 +171,7 @@ def make_modernbert():
     vocab, tok = wordpiece_tokenizer(out)
     # 3 layers: global, local, local; a local window of 2 tokens each side so that the
     # sliding window matters on these short inputs.
-    cfg = ModernBertConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+    cfg = ModernBertConfig(vocab_size=len(vocab), hidden_size=HIDDEN, intermediate_size=3 * HIDDEN // 2, num_hidden_layers=3,
                            num_attention_heads=4, max_position_embeddings=64, local_attention=4,
                            global_attn_every_n_layers=3, global_rope_theta=160000.0, local_rope_theta=10000.0,
                            pad_token_id=0, cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3,
@@ -205,7 +208,7 @@ def make_decoder(arch):
     out = os.path.join(FIXTURES, "tiny-" + arch)
     os.makedirs(out, exist_ok=True)
     tok = bpe_tokenizer(bos=(arch == "llama"))
-    common = dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    common = dict(vocab_size=len(tok), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
                   pad_token_id=tok.pad_token_id, attn_implementation="eager")
     if arch == "qwen2":

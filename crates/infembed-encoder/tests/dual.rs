@@ -30,6 +30,11 @@ fn batch() -> Vec<BatchRow<'static>> {
         .collect()
 }
 
+/// The fixture's hidden size, read through the single-text encoder.
+fn fixture_dim(dir: &std::path::Path) -> usize {
+    TextEncoder::from_dir(dir, &device()).unwrap().dim()
+}
+
 fn single(enc: &TextEncoder, text: &str) -> Vec<f32> {
     rows(enc.encode(&[text]).unwrap().embeddings).remove(0)
 }
@@ -50,9 +55,10 @@ fn interaction_one_batch_matches_single_encodes() {
     let enc = DualEncoder::from_dir(&dir, cfg, &device()).unwrap();
     let others = vec![vec![1, 2], vec![0, 3], vec![0, 1], vec![2, 0]];
     let out = enc.encode_batch_with(&batch(), &others).unwrap();
-    assert_eq!(out.p.dims(), [4, 32]);
-    assert_eq!(out.iq.dims(), [4, 32]);
-    assert_eq!(out.iq_instr.dims(), [4, 2, 32]);
+    let dim = reference.dim();
+    assert_eq!(out.p.dims(), [4, dim]);
+    assert_eq!(out.iq.dims(), [4, dim]);
+    assert_eq!(out.iq_instr.dims(), [4, 2, dim]);
     let p = rows(out.p);
     let iq = rows(out.iq);
     let [n, k, d] = out.iq_instr.dims();
@@ -105,7 +111,7 @@ fn interaction_two_token_batch_matches_separate_encodes() {
     let out = enc.encode_batch(&batch(), &mut rng).unwrap();
     assert_eq!(
         out.iq_instr.dims(),
-        [4, 3, 32],
+        [4, 3, fixture_dim(&dir)],
         "all other rows for Interaction II"
     );
     assert_eq!(out.instruction_rows, all_other_rows(4).unwrap());
@@ -154,7 +160,8 @@ fn interaction_two_vector_learnable_and_separate_towers() {
     let shared = DualEncoder::from_dir(&dir, EncoderConfig::default(), &device()).unwrap();
     use burn::module::Module;
     let tower_params = shared.model.num_params();
-    assert_eq!(enc.model.num_params(), 2 * tower_params + 3 * 32 * 32);
+    let dim = fixture_dim(&dir);
+    assert_eq!(enc.model.num_params(), 2 * tower_params + 3 * dim * dim);
     // Both towers start from the checkpoint: same passage embeddings as a shared encoder.
     let a = rows(
         enc.encode_passages(&["ships on the ocean", "x"])
@@ -170,7 +177,7 @@ fn interaction_two_vector_learnable_and_separate_towers() {
     assert!(max_abs_diff(&a[0], &b[0]) < 1e-6 && max_abs_diff(&a[1], &b[1]) < 1e-6);
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let out = enc.encode_batch(&batch(), &mut rng).unwrap();
-    assert_eq!(out.iq_instr.dims(), [4, 3, 32]);
+    assert_eq!(out.iq_instr.dims(), [4, 3, dim]);
     // Rows are unit vectors.
     for r in rows(out.iq) {
         let n: f32 = r.iter().map(|x| x * x).sum::<f32>().sqrt();
