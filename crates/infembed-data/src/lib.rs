@@ -41,8 +41,8 @@ pub use load::beir::load_beir;
 pub use load::classic::Collection;
 pub use load::followir::load_followir;
 pub use read::{
-    JsonlRecords, ReadMode, RecordSet, Skipped, read_jsonl, read_jsonl_from, read_parquet,
-    read_records,
+    JsonObjects, JsonlRecords, ReadMode, RecordSet, Skipped, read_jsonl, read_jsonl_from,
+    read_parquet, read_records,
 };
 pub use record::{InfIrRecord, RecordField};
 pub use template::QueryTemplate;

@@ -15,7 +15,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::error::{Error, Location, Problem, Result};
 use crate::record::{InfIrRecord, json_type_name};
@@ -74,12 +74,16 @@ impl RecordSet {
     }
 }
 
-/// Streaming JSONL reader over any buffered byte source: yields one item per non-blank line.
+/// The non-blank lines of a JSON Lines source, each parsed as a JSON object: the one JSONL
+/// line reader of the workspace (InF-IR records, BEIR/FollowIR files, the `infembed embed`
+/// and `infembed synth` inputs all go through it).
 ///
-/// Items are `Ok((line, record))` or a per-line error (invalid UTF-8, invalid JSON, or a bad
-/// field); iteration continues after per-line errors. An I/O error is yielded once and ends the
-/// iteration. Memory use is one line at a time.
-pub struct JsonlRecords<R> {
+/// Items are `Ok((line, object))` with the 1-based line number, or a per-line error
+/// ([`Error::Utf8`], [`Error::Json`], or [`Error::Record`] with [`Problem::NotAnObject`] for a
+/// line that holds JSON but not an object); iteration continues after per-line errors. An I/O
+/// error ([`Error::Io`]) is yielded once and ends the iteration. Blank lines are skipped; a
+/// UTF-8 byte-order mark before the first line is dropped. Memory use is one line at a time.
+pub struct JsonObjects<R> {
     reader: R,
     path: PathBuf,
     line: usize,
@@ -87,10 +91,10 @@ pub struct JsonlRecords<R> {
     done: bool,
 }
 
-impl<R: BufRead> JsonlRecords<R> {
+impl<R: BufRead> JsonObjects<R> {
     /// Reads from `reader`; `path` is only used to name the source in errors.
     pub fn new(reader: R, path: impl Into<PathBuf>) -> Self {
-        JsonlRecords {
+        JsonObjects {
             reader,
             path: path.into(),
             line: 0,
@@ -98,22 +102,33 @@ impl<R: BufRead> JsonlRecords<R> {
             done: false,
         }
     }
+
+    /// The path that errors name.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
-impl JsonlRecords<BufReader<File>> {
+impl JsonObjects<BufReader<File>> {
     /// Opens a JSONL file.
     ///
     /// # Errors
-    /// [`Error::Io`] when the file cannot be opened.
+    /// [`Error::Io`] when the file cannot be opened (a directory included).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
+        if path.is_dir() {
+            return Err(Error::io(
+                path,
+                std::io::Error::other("is a directory, expected a JSONL file"),
+            ));
+        }
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         Ok(Self::new(BufReader::with_capacity(1 << 16, file), path))
     }
 }
 
-impl<R: BufRead> Iterator for JsonlRecords<R> {
-    type Item = Result<(Location, InfIrRecord)>;
+impl<R: BufRead> Iterator for JsonObjects<R> {
+    type Item = Result<(usize, Map<String, Value>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
         while !self.done {
@@ -122,10 +137,18 @@ impl<R: BufRead> Iterator for JsonlRecords<R> {
                 Ok(0) => self.done = true,
                 Ok(_) => {
                     self.line += 1;
+                    // A UTF-8 byte-order mark may precede the first line (a file holding
+                    // only the mark is empty).
+                    if self.line == 1 && self.buf.starts_with(UTF8_BOM) {
+                        self.buf.drain(..UTF8_BOM.len());
+                    }
                     if self.buf.iter().all(u8::is_ascii_whitespace) {
                         continue;
                     }
-                    return Some(parse_record_line(&self.buf, &self.path, self.line));
+                    return Some(
+                        parse_object_line(&self.buf, &self.path, self.line)
+                            .map(|object| (self.line, object)),
+                    );
                 }
                 Err(e) => {
                     self.done = true;
@@ -137,46 +160,90 @@ impl<R: BufRead> Iterator for JsonlRecords<R> {
     }
 }
 
-impl<R: BufRead> std::iter::FusedIterator for JsonlRecords<R> {}
+impl<R: BufRead> std::iter::FusedIterator for JsonObjects<R> {}
 
-/// Parses one non-blank JSONL line into a record.
-fn parse_record_line(bytes: &[u8], path: &Path, line: usize) -> Result<(Location, InfIrRecord)> {
+/// The UTF-8 encoding of U+FEFF.
+const UTF8_BOM: &[u8] = &[0xef, 0xbb, 0xbf];
+
+/// Parses one non-blank JSONL line (byte-order mark already removed) into a JSON object.
+fn parse_object_line(bytes: &[u8], path: &Path, line: usize) -> Result<Map<String, Value>> {
     let text = std::str::from_utf8(bytes).map_err(|source| Error::Utf8 {
         path: path.to_path_buf(),
         line,
         source,
     })?;
-    // A UTF-8 byte-order mark may precede the first line.
-    let text = if line == 1 {
-        text.strip_prefix('\u{feff}').unwrap_or(text)
-    } else {
-        text
-    };
     let value: Value = serde_json::from_str(text).map_err(|source| Error::Json {
         path: path.to_path_buf(),
         line,
         source,
     })?;
-    let at = Location::Line(line);
-    let Value::Object(object) = value else {
-        return Err(Error::Record {
+    match value {
+        Value::Object(object) => Ok(object),
+        other => Err(Error::Record {
             path: path.to_path_buf(),
-            at,
+            at: Location::Line(line),
             field: "(record)".to_string(),
             problem: Problem::NotAnObject {
-                found: json_type_name(&value),
+                found: json_type_name(&other),
             },
-        });
-    };
-    InfIrRecord::from_json_object(&object)
-        .map(|r| (at, r))
-        .map_err(|(field, problem)| Error::Record {
-            path: path.to_path_buf(),
-            at,
-            field: field.name().to_string(),
-            problem,
-        })
+        }),
+    }
 }
+
+/// Streaming reader of InF-IR records over any buffered byte source ([`JsonObjects`] plus the
+/// record's field checks): yields one item per non-blank line.
+///
+/// Items are `Ok((line, record))` or a per-line error (invalid UTF-8, invalid JSON, or a bad
+/// field); iteration continues after per-line errors. An I/O error is yielded once and ends the
+/// iteration. Memory use is one line at a time.
+pub struct JsonlRecords<R> {
+    objects: JsonObjects<R>,
+}
+
+impl<R: BufRead> JsonlRecords<R> {
+    /// Reads from `reader`; `path` is only used to name the source in errors.
+    pub fn new(reader: R, path: impl Into<PathBuf>) -> Self {
+        JsonlRecords {
+            objects: JsonObjects::new(reader, path),
+        }
+    }
+}
+
+impl JsonlRecords<BufReader<File>> {
+    /// Opens a JSONL file.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be opened.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Ok(JsonlRecords {
+            objects: JsonObjects::open(path)?,
+        })
+    }
+}
+
+impl<R: BufRead> Iterator for JsonlRecords<R> {
+    type Item = Result<(Location, InfIrRecord)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (line, object) = match self.objects.next()? {
+            Ok(item) => item,
+            Err(e) => return Some(Err(e)),
+        };
+        let at = Location::Line(line);
+        Some(
+            InfIrRecord::from_json_object(&object)
+                .map(|r| (at, r))
+                .map_err(|(field, problem)| Error::Record {
+                    path: self.objects.path().to_path_buf(),
+                    at,
+                    field: field.name().to_string(),
+                    problem,
+                }),
+        )
+    }
+}
+
+impl<R: BufRead> std::iter::FusedIterator for JsonlRecords<R> {}
 
 /// Reads InF-IR records from JSONL bytes in memory (`path` only names the source in errors).
 ///

@@ -1,7 +1,6 @@
 //! The pipeline's input: (query, passage) pairs and the pool of passages distractors come from.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::BufRead;
 use std::path::Path;
 
 use serde_json::Value;
@@ -127,34 +126,39 @@ pub fn load_beir_pairs(dir: &Path, split: &str) -> Result<Input> {
 /// # Errors
 /// I/O, invalid JSON, or a missing/blank/mistyped field, naming file and line.
 pub fn load_jsonl_pairs(path: &Path) -> Result<Input> {
-    let io = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
+    // The data crate's JSONL reader, with its line-level errors said as this crate's.
+    let line_err = |e: infembed_data::Error| match e {
+        infembed_data::Error::Io { source, .. } => Error::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        infembed_data::Error::Json { line, source, .. } => Error::InputJson {
+            path: path.to_path_buf(),
+            line,
+            source,
+        },
+        infembed_data::Error::Record {
+            at: infembed_data::Location::Line(line),
+            ..
+        } => Error::InputField {
+            path: path.to_path_buf(),
+            line,
+            field: "(line)",
+            problem: "is not a JSON object",
+        },
+        other => Error::Data(other),
     };
-    let file = std::fs::File::open(path).map_err(io)?;
     let mut pairs = Vec::new();
     let mut pool = Vec::new();
     let mut seen_text = HashSet::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line_no = i + 1;
-        let line = line.map_err(io)?;
-        if line.trim().is_empty() {
-            continue;
-        }
+    for item in infembed_data::JsonObjects::open(path).map_err(line_err)? {
+        let (line_no, obj) = item.map_err(line_err)?;
         let field_err = |field: &'static str, problem: &'static str| Error::InputField {
             path: path.to_path_buf(),
             line: line_no,
             field,
             problem,
         };
-        let v: Value = serde_json::from_str(&line).map_err(|source| Error::InputJson {
-            path: path.to_path_buf(),
-            line: line_no,
-            source,
-        })?;
-        let obj = v
-            .as_object()
-            .ok_or_else(|| field_err("(line)", "is not a JSON object"))?;
         let text = |field: &'static str| -> Result<String> {
             match obj.get(field) {
                 None => Err(field_err(field, "is missing")),

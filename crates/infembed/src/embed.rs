@@ -23,9 +23,9 @@
 //! product ([`EmbeddingIndex::top_k`]).
 
 use std::collections::HashMap;
-use std::io::BufRead;
 use std::path::Path;
 
+use infembed_data::JsonObjects;
 use infembed_encoder::{DualEncoder, tensor_rows};
 use serde_json::{Map, Value};
 
@@ -78,39 +78,40 @@ pub const EMBED_CHUNK: usize = 512;
 /// field, [`Error::DuplicateId`], and [`Error::EmptyInput`] when it holds no record.
 pub fn read_texts(path: impl AsRef<Path>) -> Result<Vec<TextRecord>> {
     let path = path.as_ref();
-    let read_err = |source| Error::Read {
+    let field_err = |line: usize, field: &str, problem: String| Error::InputField {
         path: path.to_path_buf(),
-        source,
+        line,
+        field: field.to_string(),
+        problem,
     };
-    if path.is_dir() {
-        return Err(read_err(std::io::Error::other(
-            "is a directory, expected a JSONL file",
-        )));
-    }
-    let file = std::fs::File::open(path).map_err(read_err)?;
+    // The data crate's JSONL reader, with its line-level errors said as this module's.
+    let line_err = |e: infembed_data::Error| match e {
+        infembed_data::Error::Io { source, .. } => Error::Read {
+            path: path.to_path_buf(),
+            source,
+        },
+        infembed_data::Error::Utf8 { line, source, .. } => {
+            field_err(line, "<line>", format!("not valid UTF-8: {source}"))
+        }
+        infembed_data::Error::Json { line, source, .. } => {
+            field_err(line, "<line>", format!("not valid JSON: {source}"))
+        }
+        infembed_data::Error::Record {
+            at: infembed_data::Location::Line(line),
+            ..
+        } => field_err(
+            line,
+            "<line>",
+            "expected a JSON object, one per line".into(),
+        ),
+        other => Error::Data(other),
+    };
     let mut records = Vec::new();
     let mut first_line: HashMap<String, usize> = HashMap::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line_no = i + 1;
-        let line = line.map_err(read_err)?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let field_err = |field: &str, problem: String| Error::InputField {
-            path: path.to_path_buf(),
-            line: line_no,
-            field: field.to_string(),
-            problem,
-        };
-        let value: Value = serde_json::from_str(&line)
-            .map_err(|e| field_err("<line>", format!("not valid JSON: {e}")))?;
-        let Value::Object(obj) = value else {
-            return Err(field_err(
-                "<line>",
-                "expected a JSON object, one per line".into(),
-            ));
-        };
-        let record = parse_record(&obj).map_err(|(field, problem)| field_err(field, problem))?;
+    for item in JsonObjects::open(path).map_err(line_err)? {
+        let (line_no, obj) = item.map_err(line_err)?;
+        let record =
+            parse_record(&obj).map_err(|(field, problem)| field_err(line_no, field, problem))?;
         if let Some(&first) = first_line.get(&record.id) {
             return Err(Error::DuplicateId {
                 path: path.to_path_buf(),

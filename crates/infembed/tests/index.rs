@@ -343,4 +343,24 @@ fn text_reader_errors_name_file_line_and_field() {
     );
     let err = read_texts(dir.path()).unwrap_err();
     assert!(err.to_string().contains("directory"), "{err}");
+
+    // A bad UTF-8 byte names its line; a byte-order mark before the first line is dropped.
+    let bad_utf8 = dir.path().join("utf8.jsonl");
+    std::fs::write(
+        &bad_utf8,
+        b"{\"id\": \"a\", \"text\": \"x\"}\n{\"id\": \"b\xff\"}\n",
+    )
+    .unwrap();
+    let err = read_texts(&bad_utf8).unwrap_err();
+    assert!(
+        matches!(&err, Error::InputField { line: 2, field, .. } if field == "<line>"),
+        "{err}"
+    );
+    let bom = write(
+        dir.path(),
+        "bom.jsonl",
+        "\u{feff}{\"id\": \"a\", \"text\": \"x\"}\n",
+    );
+    let read = read_texts(&bom).unwrap();
+    assert_eq!((read.len(), read[0].id.as_str()), (1, "a"));
 }

@@ -14,7 +14,7 @@ pub mod trec;
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
@@ -59,56 +59,17 @@ pub(crate) fn normalize_ws(text: &str) -> String {
     out
 }
 
-/// Calls `f` with each non-blank line of a JSONL file parsed as a JSON object.
+/// Calls `f` with each non-blank line of a JSONL file parsed as a JSON object (the first
+/// error, the file's or `f`'s, ends the read).
 pub(crate) fn for_each_json_object(
     path: &Path,
     mut f: impl FnMut(usize, &Map<String, Value>) -> Result<()>,
 ) -> Result<()> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut reader = BufReader::with_capacity(1 << 16, file);
-    let mut buf = Vec::new();
-    let mut line = 0usize;
-    loop {
-        buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| Error::io(path, e))?;
-        if n == 0 {
-            return Ok(());
-        }
-        line += 1;
-        if buf.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let text = std::str::from_utf8(&buf).map_err(|source| Error::Utf8 {
-            path: path.to_path_buf(),
-            line,
-            source,
-        })?;
-        let text = if line == 1 {
-            text.strip_prefix('\u{feff}').unwrap_or(text)
-        } else {
-            text
-        };
-        let value: Value = serde_json::from_str(text).map_err(|source| Error::Json {
-            path: path.to_path_buf(),
-            line,
-            source,
-        })?;
-        match value {
-            Value::Object(object) => f(line, &object)?,
-            other => {
-                return Err(record_error(
-                    path,
-                    line,
-                    "(record)",
-                    Problem::NotAnObject {
-                        found: json_type_name(&other),
-                    },
-                ));
-            }
-        }
+    for item in crate::read::JsonObjects::open(path)? {
+        let (line, object) = item?;
+        f(line, &object)?;
     }
+    Ok(())
 }
 
 pub(crate) fn record_error(path: &Path, line: usize, field: &str, problem: Problem) -> Error {
