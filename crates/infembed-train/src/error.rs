@@ -96,6 +96,31 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The terminal dashboard was asked for but cannot be shown.
+    #[error("the training dashboard is unavailable: {0}")]
+    Dashboard(DashboardProblem),
+}
+
+/// Why the terminal dashboard cannot be shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DashboardProblem {
+    /// stdout or stderr is not a terminal (a pipe, a file, CI).
+    NoTerminal,
+    /// The crate was built without its `tui` feature.
+    NotBuilt,
+}
+
+impl std::fmt::Display for DashboardProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DashboardProblem::NoTerminal => {
+                "stdout and stderr must both be terminals (use plain progress)"
+            }
+            DashboardProblem::NotBuilt => {
+                "this build has no dashboard (enable the `tui` feature, or use plain progress)"
+            }
+        })
+    }
 }
 
 /// The crate's result type.

@@ -30,6 +30,7 @@ pub mod error;
 pub mod learner;
 pub mod optim;
 pub mod plot;
+pub mod progress;
 pub mod step;
 pub mod trainer;
 
@@ -38,6 +39,7 @@ pub use checkpoint::{HistoryEntry, TrainState};
 pub use config::{
     BatchConfig, CheckpointConfig, DataConfig, EvalSchedule, OptimizerConfig, Schedule, TrainConfig,
 };
-pub use error::{Error, Result};
+pub use error::{DashboardProblem, Error, Result};
 pub use learner::{InfEmbedLearnerModel, StepContext};
+pub use progress::ProgressMode;
 pub use trainer::{DevEvaluator, TrainSummary, Trainer, steps_per_epoch};

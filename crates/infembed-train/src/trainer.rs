@@ -8,7 +8,6 @@
 //! [`TrainStep`](burn::train::TrainStep) (see [`crate::learner`]); this loop keeps the
 //! optimizer itself so that a checkpoint holds its state together with the data position.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -25,6 +24,7 @@ use crate::checkpoint::{self, HistoryEntry, TrainState};
 use crate::config::TrainConfig;
 use crate::error::{Error, Result};
 use crate::optim::{adamw, clip_global_norm, learning_rate};
+use crate::progress::{self, ProgressMode, ProgressSink, RunInfo, StepInfo};
 use crate::step::{full_batch_step, grad_cache_step};
 
 /// Evaluates the model on development data during training.
@@ -76,6 +76,8 @@ pub struct Trainer {
     state: TrainState,
     evaluator: Option<Box<dyn DevEvaluator>>,
     quiet: bool,
+    progress: ProgressMode,
+    sink: Option<Box<dyn ProgressSink>>,
 }
 
 impl std::fmt::Debug for Trainer {
@@ -173,6 +175,8 @@ impl Trainer {
             state,
             evaluator: None,
             quiet: false,
+            progress: ProgressMode::Auto,
+            sink: None,
         })
     }
 
@@ -182,9 +186,16 @@ impl Trainer {
         self
     }
 
-    /// Silences the progress lines (errors still propagate).
+    /// Silences the progress lines (errors still propagate; no dashboard either).
     pub fn quiet(mut self, quiet: bool) -> Self {
         self.quiet = quiet;
+        self
+    }
+
+    /// How progress is shown while [`run`](Self::run) trains (default
+    /// [`ProgressMode::Auto`]: burn-train's dashboard on a terminal, plain lines otherwise).
+    pub fn progress(mut self, mode: ProgressMode) -> Self {
+        self.progress = mode;
         self
     }
 
@@ -294,9 +305,12 @@ impl Trainer {
         )
     }
 
-    fn log(&self, line: &str) {
-        if !self.quiet {
-            eprintln!("{line}");
+    /// A progress note: to the open display while training, else a plain line.
+    fn log(&mut self, line: &str) {
+        match self.sink.as_mut() {
+            Some(sink) => sink.note(line),
+            None if !self.quiet => eprintln!("{line}"),
+            None => {}
         }
     }
 
@@ -309,12 +323,10 @@ impl Trainer {
                 let m = ev
                     .evaluate(&encoder)
                     .map_err(|source| Error::Eval { step, source })?;
-                let shown: Vec<String> = m.iter().map(|(k, v)| format!("{k} {v:.2}")).collect();
-                self.log(&format!(
-                    "eval  step {step:>5}: {} ({:.1} s)",
-                    shown.join(", "),
-                    t.elapsed().as_secs_f64()
-                ));
+                let seconds = t.elapsed().as_secs_f64();
+                if let Some(sink) = self.sink.as_mut() {
+                    sink.eval(step, &m, seconds);
+                }
                 m
             }
             None => Vec::new(),
@@ -341,6 +353,17 @@ impl Trainer {
     /// checkpoint, if one was due, is written) without saving a final model: a stand-in for
     /// a crash in resume tests.
     pub fn run_until(&mut self, stop_after: Option<usize>) -> Result<TrainSummary> {
+        self.sink = Some(progress::open(self.progress, self.quiet)?);
+        let out = self.train_loop(stop_after);
+        // Finished, stopped or failed: close the display (the dashboard gives the terminal
+        // back) before the caller prints anything.
+        if let Some(mut sink) = self.sink.take() {
+            sink.finish();
+        }
+        out
+    }
+
+    fn train_loop(&mut self, stop_after: Option<usize>) -> Result<TrainSummary> {
         let total = self.state.total_steps;
         let n = self.records.len();
         let per_epoch = steps_per_epoch(&self.config, n);
@@ -348,7 +371,7 @@ impl Trainer {
         if self.state.step == 0 && self.config.eval.at_start && self.evaluator.is_some() {
             self.evaluate(None, None)?;
         }
-        self.log(&format!(
+        let label = format!(
             "training {} on {} records ({} rows): {} epoch(s) x {} step(s) = {} optimizer steps, \
              {} row(s) per batch x {} accumulation, loss {:?} {:?}",
             self.config.model.display(),
@@ -361,8 +384,16 @@ impl Trainer {
             self.config.batch.accumulation,
             self.config.loss.kind,
             self.config.loss.terms,
-        ));
-        let tty = std::io::stderr().is_terminal();
+        );
+        let run = RunInfo {
+            epochs: self.config.epochs,
+            start_epoch: self.state.epoch,
+            total_steps: total,
+            label,
+        };
+        if let Some(sink) = self.sink.as_mut() {
+            sink.start(&run);
+        }
         let started = Instant::now();
         let mut rows_done = 0usize;
         let mut window_loss = 0.0f64;
@@ -391,20 +422,19 @@ impl Trainer {
                 self.state.step_in_epoch += 1;
                 let done = self.state.step;
                 let secs = started.elapsed().as_secs_f64();
-                let line = format!(
-                    "train step {done:>5}/{total} epoch {}/{} loss {loss:.4} lr {lr:.3e} \
-                     rows/s {:.1}",
-                    epoch + 1,
-                    self.config.epochs,
-                    rows_done as f64 / secs.max(1e-9)
-                );
-                if tty && !self.quiet {
-                    eprint!("\r{line}   ");
-                    if done == total || done.is_multiple_of(10) {
-                        eprintln!();
-                    }
-                } else {
-                    self.log(&line);
+                let info = StepInfo {
+                    done,
+                    total,
+                    epoch,
+                    epochs: self.config.epochs,
+                    in_epoch: self.state.step_in_epoch,
+                    epoch_steps: groups.len(),
+                    loss,
+                    lr,
+                    rows_per_second: rows_done as f64 / secs.max(1e-9),
+                };
+                if let Some(sink) = self.sink.as_mut() {
+                    sink.step(&info);
                 }
                 let end_of_epoch = self.state.step_in_epoch == groups.len();
                 let eval_due = match self.config.eval.every_steps {
@@ -427,9 +457,18 @@ impl Trainer {
                     .every_steps
                     .is_some_and(|k| done.is_multiple_of(k))
                     || done == total;
-                if ckpt_due {
+                let quit = self.sink.as_ref().is_some_and(|s| s.stop_requested());
+                if ckpt_due || (quit && done < total) {
                     let dir = self.save_checkpoint()?;
                     self.log(&format!("checkpoint {}", dir.display()));
+                }
+                if quit && done < total {
+                    self.log(&format!(
+                        "stopped from the dashboard after step {done}/{total}; continue with \
+                         --resume"
+                    ));
+                    stopped = true;
+                    break 'epochs;
                 }
                 if stop_after.is_some_and(|s| done >= s) {
                     stopped = true;

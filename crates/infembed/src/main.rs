@@ -53,6 +53,11 @@ struct TrainArgs {
     /// Continue from the newest checkpoint in the config's output_dir (after a crash or kill).
     #[arg(long)]
     resume: bool,
+    /// Progress display: `auto` (burn-train's dashboard when stdout and stderr are
+    /// terminals, plain lines otherwise), `plain`, or `dashboard`. Quitting the dashboard
+    /// (q) stops after the current step with a checkpoint, for --resume.
+    #[arg(long, default_value = "auto")]
+    progress: infembed::train::ProgressMode,
 }
 
 #[derive(Args)]
@@ -242,7 +247,7 @@ fn run(cli: Cli) -> Result<()> {
 fn train(args: &TrainArgs) -> Result<()> {
     let config = infembed::train::TrainConfig::from_file(&args.config)?;
     eprintln!("{}", infembed::train::trainer::describe(&config));
-    let summary = infembed::train(config, args.resume)?;
+    let summary = infembed::train(config, args.resume, args.progress)?;
     eprintln!(
         "done: {} optimizer steps, {:.2} rows/s in this process{}",
         summary.steps,

@@ -12,7 +12,7 @@ use std::time::Instant;
 use burn::tensor::Device;
 use infembed_data::{Collection, shared_data_dir};
 use infembed_encoder::DualEncoder;
-use infembed_train::{TrainConfig, Trainer};
+use infembed_train::{ProgressMode, TrainConfig, Trainer};
 use serde::Serialize;
 
 use crate::error::Result;
@@ -133,7 +133,10 @@ pub fn run(config_path: &Path, shared_data: Option<&Path>) -> Result<QuickstartR
         msmarco_before = Some(r.ndcg_at_10);
     }
 
-    let mut trainer = Trainer::new(config.clone(), &device)?.with_evaluator(Box::new(evaluator));
+    // Plain lines: the quickstart's story is the sequence of dev evaluations in the log.
+    let mut trainer = Trainer::new(config.clone(), &device)?
+        .with_evaluator(Box::new(evaluator))
+        .progress(ProgressMode::Plain);
     let summary = trainer.run()?;
     let trained = trainer.encoder();
     let mut msmarco_after = None;

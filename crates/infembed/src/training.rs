@@ -8,7 +8,7 @@ use infembed_data::{
     EvalSet, FollowIrSet, ReadMode, build_heldout, read_distractors, read_records,
 };
 use infembed_encoder::DualEncoder;
-use infembed_train::{DevEvaluator, TrainConfig, TrainSummary, Trainer};
+use infembed_train::{DevEvaluator, ProgressMode, TrainConfig, TrainSummary, Trainer};
 
 use crate::dense::EncoderRetriever;
 use crate::error::Result;
@@ -82,11 +82,13 @@ pub fn retrieval_report(encoder: &DualEncoder, set: &EvalSet) -> Result<Retrieva
 
 /// Trains as `config` says on the CPU, with the development split (when the config names
 /// one) evaluated by [`FollowIrDevEvaluator`]; with `resume`, continues from the newest
-/// checkpoint of the output directory when there is one.
+/// checkpoint of the output directory when there is one. `progress` picks plain lines or
+/// burn-train's terminal dashboard ([`ProgressMode::Auto`]: the dashboard on a terminal).
 ///
 /// # Errors
-/// Config, data, model and checkpoint errors, each naming its file.
-pub fn train(config: TrainConfig, resume: bool) -> Result<TrainSummary> {
+/// Config, data, model and checkpoint errors, each naming its file; a dashboard asked for
+/// without a terminal.
+pub fn train(config: TrainConfig, resume: bool, progress: ProgressMode) -> Result<TrainSummary> {
     let evaluator = match &config.data.dev {
         Some(dev) => Some(FollowIrDevEvaluator::from_files(
             dev,
@@ -94,7 +96,7 @@ pub fn train(config: TrainConfig, resume: bool) -> Result<TrainSummary> {
         )?),
         None => None,
     };
-    let mut trainer = Trainer::new(config, &burn::tensor::Device::default())?;
+    let mut trainer = Trainer::new(config, &burn::tensor::Device::default())?.progress(progress);
     if let Some(ev) = evaluator {
         trainer = trainer.with_evaluator(Box::new(ev));
     }

@@ -150,9 +150,14 @@ fn killed_and_resumed_matches_uninterrupted(kill_at_step: usize) {
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("resumed from"), "{stderr}");
     let resumed = std::fs::read(dir.path().join("killed/final/model.safetensors")).unwrap();
+    assert_same_weights(&reference, &resumed, "resumed");
+}
+
+/// Two saved models hold the same tensors, bit for bit.
+fn assert_same_weights(reference: &[u8], other: &[u8], what: &str) {
     // The header's key order may differ between writes: compare tensor by tensor, bit for bit.
-    let a = safetensors::SafeTensors::deserialize(&reference).unwrap();
-    let b = safetensors::SafeTensors::deserialize(&resumed).unwrap();
+    let a = safetensors::SafeTensors::deserialize(reference).unwrap();
+    let b = safetensors::SafeTensors::deserialize(other).unwrap();
     let mut names = a.names();
     names.sort();
     let mut other = b.names();
@@ -163,9 +168,60 @@ fn killed_and_resumed_matches_uninterrupted(kill_at_step: usize) {
         assert_eq!(x.shape(), y.shape(), "{name}");
         assert!(
             x.data() == y.data(),
-            "{name}: resumed weights differ from the uninterrupted run"
+            "{name}: {what} weights differ from the reference run"
         );
     }
+}
+
+#[test]
+fn the_dashboard_on_a_terminal_trains_the_same_weights_as_plain_lines() {
+    // util-linux `script` runs the binary on a pseudo-terminal: stdout and stderr are
+    // terminals there, so `--progress dashboard` draws burn-train's dashboard.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: the dashboard test needs util-linux `script` for a pseudo-terminal");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let plain = write_config(dir.path(), "plain", 1);
+    let out = Command::new(bin())
+        .args(["train", "--progress", "plain", "--config"])
+        .arg(&plain)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("train step    12/12"), "{stderr}");
+
+    let dash = write_config(dir.path(), "dash", 1);
+    let command = format!(
+        "stty cols 120 rows 40; {:?} train --progress dashboard --config {:?}",
+        bin(),
+        dash
+    );
+    let out = Command::new("script")
+        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+        .env("TERM", "xterm-256color")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{screen}");
+    // The dashboard switched to the alternate screen and back, and printed no plain step line.
+    assert!(
+        screen.contains("\u{1b}[?1049h"),
+        "no dashboard drawn: {screen}"
+    );
+    assert!(
+        screen.contains("\u{1b}[?1049l"),
+        "terminal not restored: {screen}"
+    );
+    assert!(!screen.contains("train step    12/12"), "{screen}");
+    assert!(screen.contains("model saved to"), "{screen}");
+    assert_same_weights(
+        &std::fs::read(dir.path().join("plain/final/model.safetensors")).unwrap(),
+        &std::fs::read(dir.path().join("dash/final/model.safetensors")).unwrap(),
+        "dashboard",
+    );
 }
 
 fn fails_with(args: &[&str], needles: &[&str]) {
@@ -223,5 +279,29 @@ fn user_mistakes_are_one_line_errors() {
     fails_with(
         &["train", "--config", cfg.to_str().unwrap()],
         &["empty.jsonl", "no training record"],
+    );
+    // The dashboard needs a terminal (the test captures stdout and stderr).
+    let data = dir.path().join("ok");
+    std::fs::create_dir_all(&data).unwrap();
+    let ok = write_config(&data, "ok", 1);
+    fails_with(
+        &[
+            "train",
+            "--progress",
+            "dashboard",
+            "--config",
+            ok.to_str().unwrap(),
+        ],
+        &["dashboard", "terminals"],
+    );
+    fails_with(
+        &[
+            "train",
+            "--progress",
+            "fancy",
+            "--config",
+            ok.to_str().unwrap(),
+        ],
+        &["fancy", "auto, plain or dashboard"],
     );
 }
