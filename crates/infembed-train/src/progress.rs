@@ -263,7 +263,9 @@ mod tui {
             if self.epoch != Some(s.epoch) {
                 if self.epoch.is_some() {
                     self.renderer().end_split();
-                    self.renderer().update_epoch(s.epoch.saturating_sub(1));
+                    // burn-train's convention: the 1-based number of the epoch just done,
+                    // which is the 0-based index of the one starting.
+                    self.renderer().update_epoch(s.epoch);
                 }
                 self.epoch = Some(s.epoch);
                 self.epoch_steps = s.epoch_steps;
