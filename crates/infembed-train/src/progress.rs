@@ -200,7 +200,6 @@ mod tui {
         interrupter: Interrupter,
         ids: HashMap<String, MetricId>,
         epoch: Option<usize>,
-        epoch_steps: usize,
     }
 
     impl Dashboard {
@@ -211,7 +210,6 @@ mod tui {
                 interrupter,
                 ids: HashMap::new(),
                 epoch: None,
-                epoch_steps: 0,
             }
         }
 
@@ -220,7 +218,7 @@ mod tui {
         }
 
         /// The id of metric `name`, registered with the dashboard on first use.
-        fn id(&mut self, name: &str, unit: Option<&str>, higher_is_better: bool) -> MetricId {
+        fn id(&mut self, name: &str, higher_is_better: bool) -> MetricId {
             if let Some(id) = self.ids.get(name) {
                 return id.clone();
             }
@@ -230,7 +228,7 @@ mod tui {
                 name: Arc::new(name.to_string()),
                 description: None,
                 attributes: MetricAttributes::Numeric(NumericAttributes {
-                    unit: unit.map(str::to_string),
+                    unit: None,
                     higher_is_better,
                 }),
             };
@@ -240,7 +238,7 @@ mod tui {
         }
 
         fn numeric(&mut self, name: &str, value: f64, shown: String, higher: bool) -> MetricState {
-            let id = self.id(name, None, higher);
+            let id = self.id(name, higher);
             MetricState::Numeric(
                 MetricEntry::new(id, SerializedEntry::new(shown, value.to_string())),
                 Some(NumericEntry::Value(value)),
@@ -268,7 +266,6 @@ mod tui {
                     self.renderer().update_epoch(s.epoch);
                 }
                 self.epoch = Some(s.epoch);
-                self.epoch_steps = s.epoch_steps;
                 self.renderer().start_split("train", s.epoch_steps);
             }
             let states = [

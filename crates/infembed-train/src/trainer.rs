@@ -457,12 +457,13 @@ impl Trainer {
                     .every_steps
                     .is_some_and(|k| done.is_multiple_of(k))
                     || done == total;
-                let quit = self.sink.as_ref().is_some_and(|s| s.stop_requested());
-                if ckpt_due || (quit && done < total) {
+                // A quit asked for on the last step changes nothing: the run ends anyway.
+                let quit = done < total && self.sink.as_ref().is_some_and(|s| s.stop_requested());
+                if ckpt_due || quit {
                     let dir = self.save_checkpoint()?;
                     self.log(&format!("checkpoint {}", dir.display()));
                 }
-                if quit && done < total {
+                if quit {
                     self.log(&format!(
                         "stopped from the dashboard after step {done}/{total}; continue with \
                          --resume"
