@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use crate::attention::{attend_with_dropout, key_padding_mask, merge_heads, split_heads};
 use crate::backbone::BackboneInput;
 use crate::error::{Error, Result};
-use crate::kernels::{dropout, gelu};
+use crate::fused;
+use crate::kernels::dropout;
+use crate::linear::{linear, linear_gelu};
 use crate::weights;
 
 /// Hyper-parameters of a BERT checkpoint, as in its Hugging Face `config.json`.
@@ -277,7 +279,7 @@ pub struct BertPooler {
 
 impl BertResidualOutput {
     fn forward(&self, x: Tensor<3>, residual: Tensor<3>) -> Tensor<3> {
-        let x = dropout(&self.dropout, self.dense.forward(x));
+        let x = dropout(&self.dropout, linear(&self.dense, x));
         self.layer_norm.forward(x + residual)
     }
 }
@@ -298,14 +300,32 @@ impl BertModel {
                 .forward(input.token_type_ids.clone());
         let mut x = dropout(&e.dropout, e.layer_norm.forward(x));
         let mask = key_padding_mask(input.padding.clone());
+        // The fused attention blocks read the padding flags on the host.
+        let key_pad: Option<Vec<bool>> =
+            input.padding.clone().into_data().try_to_vec::<bool>().ok();
         for layer in &self.encoder.layer {
             let sa = &layer.attention.self_attn;
-            let q = split_heads(sa.query.forward(x.clone()), sa.heads);
-            let k = split_heads(sa.key.forward(x.clone()), sa.heads);
-            let v = split_heads(sa.value.forward(x.clone()), sa.heads);
-            let ctx = merge_heads(attend_with_dropout(q, k, v, mask.clone(), &sa.dropout));
+            let fused = key_pad.as_deref().and_then(|pad| {
+                fused::self_attention(&x, [&sa.query, &sa.key, &sa.value], sa.heads, pad)
+            });
+            let ctx = match fused {
+                Some(ctx) => ctx,
+                None => {
+                    let q = split_heads(linear(&sa.query, x.clone()), sa.heads);
+                    let k = split_heads(linear(&sa.key, x.clone()), sa.heads);
+                    let v = split_heads(linear(&sa.value, x.clone()), sa.heads);
+                    merge_heads(attend_with_dropout(
+                        q,
+                        k,
+                        v,
+                        mask.clone(),
+                        &sa.dropout,
+                        key_pad.as_deref(),
+                    ))
+                }
+            };
             let h = layer.attention.output.forward(ctx, x);
-            let inner = gelu(layer.intermediate.dense.forward(h.clone()));
+            let inner = linear_gelu(&layer.intermediate.dense, h.clone());
             x = layer.output.forward(inner, h);
         }
         x

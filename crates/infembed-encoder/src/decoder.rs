@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::attention::{attend, key_padding_mask, merge_heads, split_heads};
 use crate::backbone::BackboneInput;
 use crate::error::{Error, Result};
+use crate::linear::linear;
 use crate::rope::RopeTables;
 use crate::weights;
 
@@ -278,16 +279,17 @@ impl DecoderModel {
         for layer in &self.layers {
             let a = &layer.self_attn;
             let h = layer.input_layernorm.forward(x.clone());
-            let q = rope.apply(split_heads(a.q_proj.forward(h.clone()), a.heads));
-            let k = rope.apply(split_heads(a.k_proj.forward(h.clone()), a.kv_heads));
-            let v = split_heads(a.v_proj.forward(h), a.kv_heads);
+            let q = rope.apply(split_heads(linear(&a.q_proj, h.clone()), a.heads));
+            let k = rope.apply(split_heads(linear(&a.k_proj, h.clone()), a.kv_heads));
+            let v = split_heads(linear(&a.v_proj, h), a.kv_heads);
             let ctx = merge_heads(attend(q, k, v, mask.clone(), true));
-            x = x + a.o_proj.forward(ctx);
+            x = x + linear(&a.o_proj, ctx);
             let h = layer.post_attention_layernorm.forward(x.clone());
             let m = &layer.mlp;
-            x = x + m
-                .down_proj
-                .forward(silu(m.gate_proj.forward(h.clone())) * m.up_proj.forward(h));
+            x = x + linear(
+                &m.down_proj,
+                silu(linear(&m.gate_proj, h.clone())) * linear(&m.up_proj, h),
+            );
         }
         self.norm.forward(x)
     }

@@ -5,7 +5,8 @@
 //! Bernoulli sample from one ChaCha generator and then multiplies twice). Profiling
 //! all-MiniLM-L6-v2 showed them taking about a third of an inference pass and of a training
 //! step while the second core idled. The kernels here compute the same functions with
-//! branch-free code the compiler vectorizes, split over rayon's threads, and register their
+//! branch-free code (eight AVX2 lanes at a time where the processor has them, through `pulp`'s
+//! safe wrappers), split over rayon's threads, and register their
 //! own backward step with burn's autodiff graph (burn's documented extension path:
 //! [`Tensor::try_into_primitive`] / [`Tensor::from_primitive`]).
 //!
@@ -101,6 +102,353 @@ pub(crate) fn gelu_scalar(x: f32) -> f32 {
     x * normal_cdf(x)
 }
 
+/// `e^x` on eight lanes with AVX2 + FMA: [`exp_f32`]'s formulas.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn exp_v3(simd: pulp::x86::V3, x: pulp::f32x8) -> pulp::f32x8 {
+    let mut v = [x];
+    exp_v3_many(simd, &mut v);
+    v[0]
+}
+
+/// [`exp_v3`] of `N` vectors in place, each step applied to all of them before the next, so
+/// the `N` dependency chains overlap in the processor's pipeline.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn exp_v3_many<const N: usize>(simd: pulp::x86::V3, xs: &mut [pulp::f32x8; N]) {
+    let lo = simd.splat_f32x8(-87.0);
+    let hi = simd.splat_f32x8(88.0);
+    let log2e = simd.splat_f32x8(std::f32::consts::LOG2_E);
+    let mut n = [lo; N];
+    let mut r = [lo; N];
+    for i in 0..N {
+        let x = simd.min_f32x8(simd.max_f32x8(xs[i], lo), hi);
+        n[i] = simd.round_f32x8(simd.mul_f32x8(x, log2e));
+        r[i] = simd.mul_add_f32x8(n[i], simd.splat_f32x8(-0.693_359_4), x);
+    }
+    for i in 0..N {
+        r[i] = simd.mul_add_f32x8(n[i], simd.splat_f32x8(2.121_944_4e-4), r[i]);
+    }
+    let mut p = [simd.splat_f32x8(1.0 / 5040.0); N];
+    for c in [
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        let c = simd.splat_f32x8(c);
+        for i in 0..N {
+            p[i] = simd.mul_add_f32x8(p[i], r[i], c);
+        }
+    }
+    for i in 0..N {
+        let e = simd.wrapping_add_i32x8(simd.convert_f32x8_to_i32x8(n[i]), simd.splat_i32x8(127));
+        let scale: pulp::f32x8 = pulp::cast(simd.shl_const_i32x8::<23>(e));
+        xs[i] = simd.mul_f32x8(p[i], scale);
+    }
+}
+
+/// [`gelu_scalar`] on eight lanes with AVX2 + FMA: the same formulas (Chebyshev `erfc`,
+/// Cody-Waite `exp`), so the two agree to a few ulps (fused multiply-adds round once where
+/// the scalar code rounds twice).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn gelu_v3(simd: pulp::x86::V3, x: pulp::f32x8) -> pulp::f32x8 {
+    let mut v = [x];
+    gelu_v3_many(simd, &mut v);
+    v[0]
+}
+
+/// The standard normal CDF of `N` vectors ([`normal_cdf`]'s formulas), each step applied to
+/// all of them before the next, so the `N` dependency chains overlap in the pipeline.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::excessive_precision)]
+fn normal_cdf_v3_many<const N: usize>(
+    simd: pulp::x86::V3,
+    xs: &[pulp::f32x8; N],
+) -> [pulp::f32x8; N] {
+    let one = simd.splat_f32x8(1.0);
+    let half = simd.splat_f32x8(0.5);
+    let mut z = [one; N];
+    let mut t = [one; N];
+    for i in 0..N {
+        z[i] = simd.mul_f32x8(
+            simd.abs_f32x8(xs[i]),
+            simd.splat_f32x8(std::f32::consts::FRAC_1_SQRT_2),
+        );
+        t[i] = simd.div_f32x8(one, simd.mul_add_f32x8(z[i], half, one));
+    }
+    let mut poly = [simd.splat_f32x8(0.170_872_77); N];
+    for c in [
+        -0.822_152_23,
+        1.488_515_87,
+        -1.135_203_98,
+        0.278_868_07,
+        -0.186_288_06,
+        0.096_784_18,
+        0.374_091_96,
+        1.000_023_68,
+        -1.265_512_23,
+    ] {
+        let c = simd.splat_f32x8(c);
+        for i in 0..N {
+            poly[i] = simd.mul_add_f32x8(poly[i], t[i], c);
+        }
+    }
+    let mut e = [one; N];
+    for i in 0..N {
+        e[i] = simd.negate_mul_add_f32x8(z[i], z[i], poly[i]);
+    }
+    exp_v3_many(simd, &mut e);
+    let mut cdf = [one; N];
+    for i in 0..N {
+        let half_tail = simd.mul_f32x8(half, simd.mul_f32x8(t[i], e[i]));
+        cdf[i] = simd.select_f32x8(
+            simd.cmp_ge_f32x8(xs[i], simd.splat_f32x8(0.0)),
+            simd.sub_f32x8(one, half_tail),
+            half_tail,
+        );
+    }
+    cdf
+}
+
+/// [`gelu_v3`] of `N` vectors in place (interleaved like [`normal_cdf_v3_many`]).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn gelu_v3_many<const N: usize>(simd: pulp::x86::V3, xs: &mut [pulp::f32x8; N]) {
+    let cdf = normal_cdf_v3_many(simd, xs);
+    for i in 0..N {
+        xs[i] = simd.mul_f32x8(xs[i], cdf[i]);
+    }
+}
+
+/// [`gelu_grad_scalar`] of `N` vectors: `Phi(x) + x phi(x)`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn gelu_grad_v3_many<const N: usize>(
+    simd: pulp::x86::V3,
+    xs: &[pulp::f32x8; N],
+) -> [pulp::f32x8; N] {
+    let cdf = normal_cdf_v3_many(simd, xs);
+    let mut e = [simd.splat_f32x8(0.0); N];
+    for i in 0..N {
+        e[i] = simd.mul_f32x8(simd.mul_f32x8(xs[i], xs[i]), simd.splat_f32x8(-0.5));
+    }
+    exp_v3_many(simd, &mut e);
+    let mut out = cdf;
+    for i in 0..N {
+        let density = simd.mul_f32x8(e[i], simd.splat_f32x8(0.398_942_3));
+        out[i] = simd.mul_add_f32x8(xs[i], density, cdf[i]);
+    }
+    out
+}
+
+/// An element-wise function with a scalar form and an eight-lane AVX2 form of four vectors.
+trait LaneOp: Sync {
+    /// `f(x, y)` for one element (`y` is 0 when the map has no second input).
+    fn scalar(&self, x: f32, y: f32) -> f32;
+    /// `f` on 32 elements.
+    #[cfg(target_arch = "x86_64")]
+    fn v3(&self, simd: pulp::x86::V3, x: [pulp::f32x8; 4], y: [pulp::f32x8; 4])
+    -> [pulp::f32x8; 4];
+}
+
+/// Exact GELU of `x`.
+struct GeluOp;
+
+impl LaneOp for GeluOp {
+    #[inline(always)]
+    fn scalar(&self, x: f32, _: f32) -> f32 {
+        gelu_scalar(x)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn v3(
+        &self,
+        simd: pulp::x86::V3,
+        mut x: [pulp::f32x8; 4],
+        _: [pulp::f32x8; 4],
+    ) -> [pulp::f32x8; 4] {
+        gelu_v3_many(simd, &mut x);
+        x
+    }
+}
+
+/// `g * gelu'(z)` for the upstream gradient `g` (first input) at the input `z` (second).
+struct GeluGradOp;
+
+impl LaneOp for GeluGradOp {
+    #[inline(always)]
+    fn scalar(&self, g: f32, z: f32) -> f32 {
+        g * gelu_grad_scalar(z)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn v3(
+        &self,
+        simd: pulp::x86::V3,
+        g: [pulp::f32x8; 4],
+        z: [pulp::f32x8; 4],
+    ) -> [pulp::f32x8; 4] {
+        let mut d = gelu_grad_v3_many(simd, &z);
+        for i in 0..4 {
+            d[i] = simd.mul_f32x8(g[i], d[i]);
+        }
+        d
+    }
+}
+
+/// One piece of a [`lane_map`] under AVX2 (a named type so `vectorize` inlines it).
+#[cfg(target_arch = "x86_64")]
+struct LanePiece<'a, O> {
+    simd: pulp::x86::V3,
+    op: &'a O,
+    out: &'a mut [f32],
+    y: Option<&'a [f32]>,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<O: LaneOp> pulp::NullaryFnOnce for LanePiece<'_, O> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let Self { simd, op, out, y } = self;
+        let zeros = [0f32; 32];
+        let (head, tail) = pulp::as_arrays_mut::<32, f32>(out);
+        let full = head.len() * 32;
+        for (i, chunk) in head.iter_mut().enumerate() {
+            let yv: &[f32; 32] = match y {
+                Some(y) => y[i * 32..i * 32 + 32].try_into().expect("32 elements"),
+                None => &zeros,
+            };
+            *chunk = pulp::cast(op.v3(simd, pulp::cast(*chunk), pulp::cast(*yv)));
+        }
+        for (j, v) in tail.iter_mut().enumerate() {
+            *v = op.scalar(*v, y.map_or(0.0, |y| y[full + j]));
+        }
+    }
+}
+
+/// `out[i] = op(out[i], y[i])` in parallel pieces, with AVX2 where the processor has it.
+fn lane_map<O: LaneOp>(op: &O, out: &mut [f32], y: Option<&[f32]>) {
+    #[cfg(target_arch = "x86_64")]
+    let simd = pulp::x86::V3::try_new();
+    let piece = |o: &mut [f32], c: usize| {
+        let y = y.map(|y| &y[c * CHUNK..c * CHUNK + o.len()]);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(simd) = simd {
+            simd.vectorize(LanePiece {
+                simd,
+                op,
+                out: o,
+                y,
+            });
+            return;
+        }
+        for (j, v) in o.iter_mut().enumerate() {
+            *v = op.scalar(*v, y.map_or(0.0, |y| y[j]));
+        }
+    };
+    if out.len() <= CHUNK {
+        piece(out, 0);
+    } else {
+        out.par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(c, s)| piece(s, c));
+    }
+}
+
+/// [`lane_map`] on a flex `f32` tensor (in place when its storage is not shared) with an
+/// optional second input of the same shape.
+fn flex_lane_map<O: LaneOp>(op: &O, t: FlexTensor, other: Option<&FlexTensor>) -> FlexTensor {
+    let other = other.map(|o| contiguous(o.clone()));
+    let mut t = contiguous(t);
+    let n = t.layout().num_elements();
+    let ys = other.as_ref().map(|o| &o.storage::<f32>()[..n]);
+    if let Some(s) = t.try_storage_mut::<f32>() {
+        lane_map(op, &mut s[..n], ys);
+        return t;
+    }
+    let mut out = t.storage::<f32>()[..n].to_vec();
+    lane_map(op, &mut out, ys);
+    FlexTensor::from_data(TensorData::new(out, t.layout().shape().to_vec()))
+}
+
+/// GELU of every element of a flex `f32` tensor.
+pub(crate) fn gelu_flex(t: FlexTensor) -> FlexTensor {
+    flex_lane_map(&GeluOp, t, None)
+}
+
+/// `g * gelu'(z)` element-wise for flex `f32` tensors of one shape.
+pub(crate) fn gelu_backward_flex(g: FlexTensor, z: &FlexTensor) -> FlexTensor {
+    flex_lane_map(&GeluGradOp, g, Some(z))
+}
+
+/// `row[j] = exp(scale * row[j] - shift)` for every element (eight lanes at a time with AVX2
+/// where the processor has it); returns the sum of the new values.
+pub(crate) fn exp_shifted_in_place(row: &mut [f32], scale: f32, shift: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(simd) = pulp::x86::V3::try_new() {
+        return simd.vectorize(ExpShifted {
+            simd,
+            row,
+            scale,
+            shift,
+        });
+    }
+    row.iter_mut()
+        .map(|v| {
+            *v = exp_f32(scale * *v - shift);
+            *v
+        })
+        .sum()
+}
+
+/// [`exp_shifted_in_place`] under AVX2 (a named type so `vectorize` inlines it).
+#[cfg(target_arch = "x86_64")]
+struct ExpShifted<'a> {
+    simd: pulp::x86::V3,
+    row: &'a mut [f32],
+    scale: f32,
+    shift: f32,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl pulp::NullaryFnOnce for ExpShifted<'_> {
+    type Output = f32;
+
+    #[inline(always)]
+    fn call(self) -> f32 {
+        let Self {
+            simd,
+            row,
+            scale,
+            shift,
+        } = self;
+        let (head, tail) = pulp::as_arrays_mut::<8, f32>(row);
+        let (vs, vsh) = (simd.splat_f32x8(scale), simd.splat_f32x8(-shift));
+        let mut acc = simd.splat_f32x8(0.0);
+        for chunk in head {
+            let x: pulp::f32x8 = pulp::cast(*chunk);
+            let e = exp_v3(simd, simd.mul_add_f32x8(x, vs, vsh));
+            acc = simd.add_f32x8(acc, e);
+            *chunk = pulp::cast(e);
+        }
+        let lanes: [f32; 8] = pulp::cast(acc);
+        let mut sum: f32 = lanes.iter().sum();
+        for v in tail {
+            *v = exp_f32(scale * *v - shift);
+            sum += *v;
+        }
+        sum
+    }
+}
+
 /// Derivative of exact GELU, `Phi(x) + x * phi(x)`.
 #[inline(always)]
 pub(crate) fn gelu_grad_scalar(x: f32) -> f32 {
@@ -125,7 +473,7 @@ fn for_chunks(data: &mut [f32], f: impl Fn(&mut [f32], usize) + Sync) {
 }
 
 /// A flex tensor with contiguous storage starting at offset 0.
-fn contiguous(t: FlexTensor) -> FlexTensor {
+pub(crate) fn contiguous(t: FlexTensor) -> FlexTensor {
     if t.layout().is_contiguous() && t.layout().start_offset() == 0 {
         t
     } else {
@@ -136,7 +484,7 @@ fn contiguous(t: FlexTensor) -> FlexTensor {
 /// `f(x_i, y_i, i)` for every element `x_i` (logical order) of the flex `f32` tensor `t`,
 /// with `y_i` the same element of `other` (same shape; 0 when `None`): computed in place
 /// when `t`'s storage is not shared, else into a new tensor.
-fn flex_map(
+pub(crate) fn flex_map(
     t: FlexTensor,
     other: Option<&FlexTensor>,
     f: impl Fn(f32, f32, usize) -> f32 + Sync,
@@ -182,11 +530,6 @@ fn flex_map(
     FlexTensor::from_data(TensorData::new(out, t.layout().shape().to_vec()))
 }
 
-/// GELU of every element of a flex `f32` tensor.
-fn gelu_flex(t: FlexTensor) -> FlexTensor {
-    flex_map(t, None, |v, _, _| gelu_scalar(v))
-}
-
 /// The autodiff step of [`gelu`]: `grad * gelu'(x)`, with `x` kept as the state.
 #[derive(Debug)]
 struct GeluBackward;
@@ -196,9 +539,7 @@ impl Backward<Flex, 1> for GeluBackward {
 
     fn backward(self, ops: Ops<FlexTensor, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let x = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |g| {
-            flex_map(g, Some(&x), |g, x, _| g * gelu_grad_scalar(x))
-        });
+        unary::<Flex, _>(ops.parents, ops.node, grads, |g| gelu_backward_flex(g, &x));
     }
 }
 
@@ -247,7 +588,7 @@ fn mix64(mut z: u64) -> u64 {
 /// The dropout multiplier of element `i`: `1 / keep` when kept, 0 when dropped. Each 64-bit
 /// hash of `(seed, i / 2)` decides two elements (its two 32-bit halves).
 #[inline(always)]
-fn dropout_factor(seed: u64, i: usize, threshold: u32, scale: f32) -> f32 {
+pub(crate) fn dropout_factor(seed: u64, i: usize, threshold: u32, scale: f32) -> f32 {
     let h = mix64(seed ^ ((i as u64 >> 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
     let bits = if i & 1 == 0 {
         h as u32
@@ -280,6 +621,16 @@ impl Backward<Flex, 1> for DropoutBackward {
     }
 }
 
+/// The `(seed, threshold, scale)` of one dropout call with drop probability `prob`: one seed
+/// drawn from `device`'s generator, the keep probability as a threshold on 32 uniform bits,
+/// and the `1 / keep` scale of kept elements.
+pub(crate) fn dropout_state(prob: f64, device: &Device) -> DropoutState {
+    let seed = draw_seed(device);
+    let keep = 1.0 - prob;
+    let threshold = (keep * 4_294_967_296.0).min(4_294_967_295.0) as u32;
+    (seed, threshold, (1.0 / keep) as f32)
+}
+
 /// One 64-bit seed drawn from burn's generator of `device` (so `device.seed` governs it):
 /// four uniform draws contribute 16 bits each.
 fn draw_seed(device: &Device) -> u64 {
@@ -306,13 +657,8 @@ pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
     let Ok(t) = x.clone().try_into_primitive::<Autodiff<Flex>>() else {
         return module.forward(x);
     };
-    let seed = draw_seed(&x.device());
+    let state = dropout_state(module.prob, &x.device());
     drop(x);
-    let keep = 1.0 - module.prob;
-    // keep probability as a threshold on 32 uniform bits
-    let threshold = (keep * 4_294_967_296.0).min(4_294_967_295.0) as u32;
-    let scale = (1.0 / keep) as f32;
-    let state = (seed, threshold, scale);
     let y = apply_dropout(t.primitive().clone(), state);
     let out = match DropoutBackward
         .prepare::<NoCheckpointing>([t.node()])
@@ -345,6 +691,27 @@ mod tests {
             .zip(a.iter().zip(b))
             .map(|(x, (a, b))| (a - b).abs() / x.abs().max(1.0))
             .fold(0.0, f32::max)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vector_gelu_matches_scalar_gelu() {
+        let Some(simd) = pulp::x86::V3::try_new() else {
+            eprintln!("SKIPPED: this processor has no AVX2/FMA");
+            return;
+        };
+        let xs: Vec<f32> = (0..80_000).map(|i| -20.0 + i as f32 * 5e-4).collect();
+        for chunk in xs.chunks_exact(8) {
+            let v: [f32; 8] = chunk.try_into().expect("eight");
+            let got: [f32; 8] = pulp::cast(simd.vectorize(|| gelu_v3(simd, pulp::cast(v))));
+            for (x, g) in v.iter().zip(got) {
+                let want = gelu_scalar(*x);
+                assert!(
+                    (g - want).abs() <= 3e-7 * x.abs().max(1.0),
+                    "x = {x}: {g} vs {want}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use crate::kernels::gelu;
+use crate::linear::linear;
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -296,7 +297,7 @@ impl ModernBertModel {
                 None => x.clone(),
             };
             let [b, _, d] = h.dims();
-            let qkv = a.wqkv.forward(h);
+            let qkv = linear(&a.wqkv, h);
             let q = qkv.clone().slice([0..b, 0..l, 0..d]);
             let k = qkv.clone().slice([0..b, 0..l, d..2 * d]);
             let v = qkv.slice([0..b, 0..l, 2 * d..3 * d]);
@@ -312,14 +313,14 @@ impl ModernBertModel {
                     .bool_or(pad_mask.clone())
             };
             let ctx = merge_heads(attend(q, k, v, mask, false));
-            x = x + a.wo.forward(ctx);
+            x = x + linear(&a.wo, ctx);
             let h = layer.mlp_norm.forward(x.clone());
             let [b, _, _] = h.dims();
             let inter = layer.mlp.wo.weight.dims()[0];
-            let wi = layer.mlp.wi.forward(h);
+            let wi = linear(&layer.mlp.wi, h);
             let input_half = wi.clone().slice([0..b, 0..l, 0..inter]);
             let gate = wi.slice([0..b, 0..l, inter..2 * inter]);
-            x = x + layer.mlp.wo.forward(gelu(input_half) * gate);
+            x = x + linear(&layer.mlp.wo, gelu(input_half) * gate);
         }
         self.final_norm.forward(x)
     }

@@ -1,0 +1,77 @@
+//! The three matrix products of an all-MiniLM-L6-v2 layer (batch of 32 sequences of 132
+//! tokens) through burn's `flex` linear op and through `infembed_encoder::gemm`, best of 7 runs
+//! each, in GFLOP/s. See `docs/benchmarks.md`.
+//!
+//! ```text
+//! cargo build --release --workspace --examples
+//! target/release/examples/gemm_shapes
+//! ```
+
+use std::time::Instant;
+
+use burn::tensor::{Device, Distribution, Tensor};
+use infembed_encoder::gemm::{Activation, Epilogue, MatRef, gemm};
+
+/// Best wall time of 7 runs of `f`, in seconds.
+fn best_of_7(mut f: impl FnMut()) -> f64 {
+    (0..7)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64()
+        })
+        .fold(f64::MAX, f64::min)
+}
+
+fn main() {
+    let device = Device::default();
+    let (batch, tokens) = (32usize, 132usize);
+    let rows = batch * tokens;
+    for (d_in, d_out) in [(384usize, 384usize), (384, 1536), (1536, 384)] {
+        let x: Tensor<3> = Tensor::random([batch, tokens, d_in], Distribution::Default, &device);
+        let w: Tensor<2> = Tensor::random([d_in, d_out], Distribution::Default, &device);
+        let flops = 2.0 * (rows * d_in * d_out) as f64;
+        let report = |what: &str, secs: f64| {
+            println!(
+                "{d_in:>4} -> {d_out:<4} {what:<24} {:7.2} ms {:6.1} GFLOP/s",
+                secs * 1e3,
+                flops / secs / 1e9
+            );
+        };
+        report(
+            "burn flex linear",
+            best_of_7(|| {
+                let y = burn::tensor::module::linear(x.clone(), w.clone(), None);
+                std::hint::black_box(y.into_data());
+            }),
+        );
+        let xs = x.into_data().try_to_vec::<f32>().expect("f32");
+        let ws = w.into_data().try_to_vec::<f32>().expect("f32");
+        let bias = vec![0.1f32; d_out];
+        for (what, epilogue) in [
+            ("infembed gemm", Epilogue::default()),
+            (
+                "infembed gemm+bias+GELU",
+                Epilogue {
+                    bias: Some(&bias),
+                    accumulate: false,
+                    activation: Activation::Gelu,
+                },
+            ),
+        ] {
+            report(
+                what,
+                best_of_7(|| {
+                    let mut c = vec![0f32; rows * d_out];
+                    gemm(
+                        MatRef::row_major(&xs, rows, d_in),
+                        MatRef::row_major(&ws, d_in, d_out),
+                        &mut c,
+                        epilogue,
+                    );
+                    std::hint::black_box(c);
+                }),
+            );
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! Linear layers through the crate's own matrix product ([`crate::gemm`]) on the CPU `flex`
+//! backend, with the bias and (optionally) GELU fused into the product's epilogue.
+//!
+//! [`linear`] computes what [`Linear::forward`] computes and [`linear_gelu`] what
+//! `gelu(layer.forward(x))` computes; on an autodiff device they register their own backward
+//! step (`dx = g Wᵀ`, `dW = xᵀ g`, `db = Σ g`, each again through [`crate::gemm`]), so training
+//! uses the faster product too. Every other case (another backend, another dtype, a
+//! checkpointing autodiff) falls back to burn's own ops, as the kernels of [`crate::kernels`]
+//! do.
+//!
+//! The results equal burn's to floating-point reassociation (the two products sum in a
+//! different order); the tests compare values and gradients against burn's `Linear`.
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::{Autodiff, Flex};
+use burn::nn::Linear;
+use burn::prelude::*;
+use burn::tensor::{DType, TensorData};
+use rayon::prelude::*;
+
+use crate::gemm::{self, Activation, Epilogue, MatRef};
+use crate::kernels::{self, contiguous};
+
+/// `layer.forward(x)`: `x W + b` over the last dimension of `x`.
+///
+/// # Shapes
+/// - `x`: `[..., d_input]`
+/// - output: `[..., d_output]`
+pub fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
+    apply(layer, x, Activation::Identity)
+}
+
+/// `gelu(layer.forward(x))` with the exact (erf) GELU of [`kernels::gelu`], fused into the
+/// product on the `flex` backend.
+///
+/// # Shapes
+/// - `x`: `[..., d_input]`
+/// - output: `[..., d_output]`
+pub fn linear_gelu<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
+    apply(layer, x, Activation::Gelu)
+}
+
+/// The burn ops this module replaces.
+fn fallback<const D: usize>(layer: &Linear, x: Tensor<D>, act: Activation) -> Tensor<D> {
+    let y = layer.forward(x);
+    match act {
+        Activation::Identity => y,
+        Activation::Gelu => kernels::gelu(y),
+    }
+}
+
+fn apply<const D: usize>(layer: &Linear, x: Tensor<D>, act: Activation) -> Tensor<D> {
+    let weight = layer.weight.val();
+    let bias = layer.bias.as_ref().map(|b| b.val());
+    let f32s = x.dtype() == DType::F32
+        && weight.dtype() == DType::F32
+        && bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
+    if !f32s {
+        return fallback(layer, x, act);
+    }
+    if x.device().is_autodiff() {
+        let (Ok(xp), Ok(wp)) = (
+            x.clone().try_into_primitive::<Autodiff<Flex>>(),
+            weight.try_into_primitive::<Autodiff<Flex>>(),
+        ) else {
+            return fallback(layer, x, act);
+        };
+        let bp = match bias.map(|b| b.try_into_primitive::<Autodiff<Flex>>()) {
+            None => None,
+            Some(Ok(b)) => Some(b),
+            Some(Err(_)) => return fallback(layer, x, act),
+        };
+        drop(x);
+        let xf = xp.primitive().clone();
+        let wf = wp.primitive().clone();
+        let bf = bp.as_ref().map(|b| b.primitive().clone());
+        let op = LinearBackward;
+        let out = match &bp {
+            Some(b) => match op
+                .prepare::<NoCheckpointing>([xp.node(), wp.node(), b.node()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => {
+                    let (y, z) = forward_tracked(&xf, &wf, bf.as_ref(), act);
+                    prep.finish(LinearState { x: xf, w: wf, z }, y)
+                }
+                OpsKind::UnTracked(prep) => prep.finish(forward(&xf, &wf, bf.as_ref(), act)),
+            },
+            None => match op
+                .prepare::<NoCheckpointing>([xp.node(), wp.node()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => {
+                    let (y, z) = forward_tracked(&xf, &wf, None, act);
+                    prep.finish(LinearState { x: xf, w: wf, z }, y)
+                }
+                OpsKind::UnTracked(prep) => prep.finish(forward(&xf, &wf, None, act)),
+            },
+        };
+        return Tensor::from_primitive::<Autodiff<Flex>>(out);
+    }
+    let (Ok(xf), Ok(wf)) = (
+        x.clone().try_into_primitive::<Flex>(),
+        weight.try_into_primitive::<Flex>(),
+    ) else {
+        return fallback(layer, x, act);
+    };
+    let bf = match bias.map(|b| b.try_into_primitive::<Flex>()) {
+        None => None,
+        Some(Ok(b)) => Some(b),
+        Some(Err(_)) => return fallback(layer, x, act),
+    };
+    drop(x);
+    Tensor::from_primitive::<Flex>(forward(&xf, &wf, bf.as_ref(), act))
+}
+
+/// A 2-D flex tensor as a strided view (copying it first when its strides are negative).
+fn with_matrix<R>(t: &FlexTensor, f: impl FnOnce(MatRef<'_>) -> R) -> R {
+    let layout = t.layout();
+    let shape = layout.shape();
+    assert_eq!(shape.num_dims(), 2, "linear: the weight must be 2-D");
+    let (rows, cols) = (shape[0], shape[1]);
+    let strides = layout.strides();
+    match (usize::try_from(strides[0]), usize::try_from(strides[1])) {
+        (Ok(rs), Ok(cs)) => {
+            let data = &t.storage::<f32>()[layout.start_offset()..];
+            f(MatRef::new(data, rows, cols, rs, cs))
+        }
+        _ => {
+            let c = t.to_contiguous();
+            f(MatRef::row_major(
+                &c.storage::<f32>()[..rows * cols],
+                rows,
+                cols,
+            ))
+        }
+    }
+}
+
+/// The leading dimensions of `x` flattened: `(rows, d_input, output shape for d_output)`.
+fn rows_of(x: &FlexTensor, d_out: usize) -> (usize, usize, Vec<usize>) {
+    let dims = x.layout().shape().to_vec();
+    let d_in = *dims
+        .last()
+        .expect("linear: the input has at least one dimension");
+    let rows = dims[..dims.len() - 1].iter().product();
+    let mut out = dims;
+    *out.last_mut().expect("non-empty") = d_out;
+    (rows, d_in, out)
+}
+
+/// `act(x W + b)` as a new flex tensor.
+fn forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>, act: Activation) -> FlexTensor {
+    let [d_in, d_out] = dims2(w);
+    let x = contiguous(x.clone());
+    let (rows, x_in, out_shape) = rows_of(&x, d_out);
+    assert_eq!(
+        x_in, d_in,
+        "linear: the input's last dimension is {x_in}, the weight expects {d_in}"
+    );
+    let b = b.map(|b| contiguous(b.clone()));
+    let bias = b.as_ref().map(|b| &b.storage::<f32>()[..d_out]);
+    let mut out = vec![0f32; rows * d_out];
+    with_matrix(w, |wm| {
+        gemm::gemm(
+            MatRef::row_major(&x.storage::<f32>()[..rows * d_in], rows, d_in),
+            wm,
+            &mut out,
+            Epilogue {
+                bias,
+                accumulate: false,
+                activation: act,
+            },
+        )
+    });
+    FlexTensor::from_data(TensorData::new(out, out_shape))
+}
+
+/// The forward pass of a tracked call: the output and, for GELU, the pre-activation the
+/// backward step needs.
+fn forward_tracked(
+    x: &FlexTensor,
+    w: &FlexTensor,
+    b: Option<&FlexTensor>,
+    act: Activation,
+) -> (FlexTensor, Option<FlexTensor>) {
+    match act {
+        Activation::Identity => (forward(x, w, b, act), None),
+        Activation::Gelu => {
+            let z = forward(x, w, b, Activation::Identity);
+            let y = kernels::gelu_flex(z.clone());
+            (y, Some(z))
+        }
+    }
+}
+
+fn dims2(t: &FlexTensor) -> [usize; 2] {
+    let s = t.layout().shape();
+    [s[0], s[1]]
+}
+
+/// What the backward step keeps from the forward pass.
+#[derive(Debug, Clone)]
+struct LinearState {
+    x: FlexTensor,
+    w: FlexTensor,
+    /// The pre-activation, for GELU.
+    z: Option<FlexTensor>,
+}
+
+/// The autodiff step of [`linear`] / [`linear_gelu`] (the activation, if any, is known from
+/// the state's pre-activation).
+#[derive(Debug)]
+struct LinearBackward;
+
+/// `(dx, dW, db)` for the output gradient `g`, each computed only when wanted.
+fn gradients(
+    g: FlexTensor,
+    state: &LinearState,
+    want: [bool; 3],
+) -> (Option<FlexTensor>, Option<FlexTensor>, Option<FlexTensor>) {
+    let [d_in, d_out] = dims2(&state.w);
+    // gradient with respect to the pre-activation
+    let gz = match &state.z {
+        Some(z) => kernels::gelu_backward_flex(g, z),
+        None => contiguous(g),
+    };
+    let x = contiguous(state.x.clone());
+    let x_shape = x.layout().shape().to_vec();
+    let rows = x.layout().num_elements() / d_in.max(1);
+    let gz_data = &gz.storage::<f32>()[..rows * d_out];
+    let gz_mat = MatRef::row_major(gz_data, rows, d_out);
+    let dx = want[0].then(|| {
+        let mut out = vec![0f32; rows * d_in];
+        with_matrix(&state.w, |wm| {
+            gemm::gemm(gz_mat, wm.t(), &mut out, Epilogue::default())
+        });
+        FlexTensor::from_data(TensorData::new(out, x_shape))
+    });
+    let dw = want[1].then(|| {
+        let mut out = vec![0f32; d_in * d_out];
+        let xm = MatRef::row_major(&x.storage::<f32>()[..rows * d_in], rows, d_in);
+        gemm::gemm(xm.t(), gz_mat, &mut out, Epilogue::default());
+        FlexTensor::from_data(TensorData::new(out, vec![d_in, d_out]))
+    });
+    let db = want[2].then(|| {
+        // Partial sums over fixed blocks of rows, added in order: the same result on every
+        // run whatever the thread scheduling (a rayon `reduce` would not guarantee that).
+        let partials: Vec<Vec<f32>> = gz_data
+            .par_chunks(d_out.max(1) * 64)
+            .map(|block| {
+                let mut acc = vec![0f32; d_out];
+                for row in block.chunks_exact(d_out.max(1)) {
+                    for (a, &v) in acc.iter_mut().zip(row) {
+                        *a += v;
+                    }
+                }
+                acc
+            })
+            .collect();
+        let mut sums = vec![0f32; d_out];
+        for part in &partials {
+            for (s, &p) in sums.iter_mut().zip(part) {
+                *s += p;
+            }
+        }
+        FlexTensor::from_data(TensorData::new(sums, vec![d_out]))
+    });
+    (dx, dw, db)
+}
+
+impl Backward<Flex, 3> for LinearBackward {
+    type State = LinearState;
+
+    fn backward(self, ops: Ops<LinearState, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let g = grads.consume::<Flex>(&ops.node);
+        let [px, pw, pb] = ops.parents;
+        let want = [px.is_some(), pw.is_some(), pb.is_some()];
+        let (dx, dw, db) = gradients(g, &ops.state, want);
+        for (parent, grad) in [(px, dx), (pw, dw), (pb, db)] {
+            if let (Some(node), Some(grad)) = (parent, grad) {
+                grads.register::<Flex>(node.id, grad);
+            }
+        }
+    }
+}
+
+impl Backward<Flex, 2> for LinearBackward {
+    type State = LinearState;
+
+    fn backward(self, ops: Ops<LinearState, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let g = grads.consume::<Flex>(&ops.node);
+        let [px, pw] = ops.parents;
+        let want = [px.is_some(), pw.is_some(), false];
+        let (dx, dw, _) = gradients(g, &ops.state, want);
+        for (parent, grad) in [(px, dx), (pw, dw)] {
+            if let (Some(node), Some(grad)) = (parent, grad) {
+                grads.register::<Flex>(node.id, grad);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::nn::LinearConfig;
+    use burn::tensor::Distribution;
+
+    fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+        t.into_data().try_to_vec::<f32>().expect("f32 tensor")
+    }
+
+    fn close(a: &[f32], b: &[f32], tol: f32, what: &str) {
+        assert_eq!(a.len(), b.len(), "{what}: lengths");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (x - y).abs() <= tol * y.abs().max(1.0),
+                "{what}: element {i}: {x} vs {y}"
+            );
+        }
+    }
+
+    #[test]
+    fn forward_matches_burn_linear_with_and_without_bias() {
+        let device = Device::default();
+        for bias in [true, false] {
+            let layer = LinearConfig::new(37, 53).with_bias(bias).init(&device);
+            let x = Tensor::<3>::random([3, 11, 37], Distribution::Default, &device);
+            close(
+                &values(linear(&layer, x.clone())),
+                &values(layer.forward(x.clone())),
+                1e-5,
+                "linear",
+            );
+            close(
+                &values(linear_gelu(&layer, x.clone())),
+                &values(burn::tensor::activation::gelu(layer.forward(x))),
+                2e-5,
+                "linear_gelu",
+            );
+        }
+    }
+
+    #[test]
+    fn gradients_match_burn_linear() {
+        let device = Device::default().autodiff();
+        for (bias, act) in [
+            (true, Activation::Identity),
+            (true, Activation::Gelu),
+            (false, Activation::Gelu),
+        ] {
+            let layer = LinearConfig::new(29, 41).with_bias(bias).init(&device);
+            let x0 = Tensor::<3>::random([2, 9, 29], Distribution::Default, &device);
+            let w = Tensor::<3>::random([2, 9, 41], Distribution::Default, &device);
+            let run = |ours: bool| {
+                let x = x0.clone().detach().require_grad();
+                let y = match (ours, act) {
+                    (true, _) => apply(&layer, x.clone(), act),
+                    (false, Activation::Identity) => layer.forward(x.clone()),
+                    (false, Activation::Gelu) => {
+                        burn::tensor::activation::gelu(layer.forward(x.clone()))
+                    }
+                };
+                let grads = (y.clone() * w.clone()).sum().backward();
+                let gx = values(x.grad(&grads).expect("dx"));
+                let gw = values(layer.weight.grad(&grads).expect("dW"));
+                let gb = layer
+                    .bias
+                    .as_ref()
+                    .map(|b| values(b.grad(&grads).expect("db")));
+                (values(y), gx, gw, gb)
+            };
+            let (y1, gx1, gw1, gb1) = run(true);
+            let (y2, gx2, gw2, gb2) = run(false);
+            close(&y1, &y2, 2e-5, "output");
+            close(&gx1, &gx2, 2e-5, "dx");
+            close(&gw1, &gw2, 2e-5, "dW");
+            assert_eq!(gb1.is_some(), bias);
+            if let (Some(a), Some(b)) = (gb1, gb2) {
+                close(&a, &b, 2e-5, "db");
+            }
+        }
+    }
+}
