@@ -217,6 +217,18 @@ fn apply_drop(p: &mut [f32], base: usize, drop: Option<(u64, u32, f32)>) {
     }
 }
 
+/// `dst = src` times the dropout factors of [`apply_drop`], in one pass.
+fn copy_dropped(dst: &mut [f32], src: &[f32], base: usize, drop: Option<(u64, u32, f32)>) {
+    match drop {
+        Some((seed, threshold, scale)) => {
+            for (j, (d, &v)) in dst.iter_mut().zip(src).enumerate() {
+                *d = v * crate::kernels::dropout_factor(seed, base + j, threshold, scale);
+            }
+        }
+        None => dst.copy_from_slice(src),
+    }
+}
+
 /// `softmax(q kᵀ / sqrt(d_head))` over the unpadded keys, dropout on the probabilities (when
 /// `dropout` is active: training mode, `prob > 0`), times `v`: [`crate::attention`]'s
 /// spelled-out training attention as one autodiff operation with a hand-written backward
@@ -275,8 +287,7 @@ pub(crate) fn attention_train(
                 gemm::gemm_serial(qh, kh.t(), p, l, Epilogue::default());
                 softmax_rows(p, l, &key_pad[bi * l..(bi + 1) * l], scale);
                 let pd: &[f32] = if drop.is_some() {
-                    dropped.copy_from_slice(p);
-                    apply_drop(dropped, bh * l * l, drop);
+                    copy_dropped(dropped, p, bh * l * l, drop);
                     dropped
                 } else {
                     p
@@ -329,8 +340,12 @@ impl Backward<Flex, 3> for AttnBackward {
                     let kh = head(&st.k, bi, hi, l, dh);
                     let vh = head(&st.v, bi, hi, l, dh);
                     let go = head(&grad, bi, hi, l, dh);
-                    pd.copy_from_slice(p);
-                    apply_drop(pd, bh * l * l, st.drop);
+                    let pd: &[f32] = if st.drop.is_some() {
+                        copy_dropped(pd, p, bh * l * l, st.drop);
+                        pd
+                    } else {
+                        p
+                    };
                     // dV = Pdᵀ dO
                     let pd_mat = MatRef::row_major(pd, l, l);
                     gemm::gemm_serial(pd_mat.t(), go, dv, dh, Epilogue::default());

@@ -21,7 +21,7 @@
 //! the usual floating-point reassociation (a different summation order from burn's, so results
 //! differ in the last bits; the tests compare against a naive triple loop at 1e-5 relative).
 
-use pulp::as_arrays;
+use pulp::{as_arrays, as_arrays_mut};
 #[cfg(target_arch = "x86_64")]
 use pulp::{f32x8, x86::V3};
 use rayon::prelude::*;
@@ -333,7 +333,13 @@ fn pack_b_into(b: MatRef<'_>, parallel: bool, out: &mut [f32]) {
         if width < NR {
             dst.fill(0.0);
         }
-        if b.cs == 1 {
+        if b.cs == 1 && width == NR {
+            // fixed-size copies compile to vector moves (a slice copy calls memmove)
+            for (kk, row) in as_arrays_mut::<NR, f32>(dst).0.iter_mut().enumerate() {
+                let start = (p0 + kk) * b.rs + j0;
+                *row = b.data[start..start + NR].try_into().expect("NR columns");
+            }
+        } else if b.cs == 1 {
             for (kk, row) in dst.chunks_exact_mut(NR).enumerate() {
                 let start = (p0 + kk) * b.rs + j0;
                 row[..width].copy_from_slice(&b.data[start..start + width]);
@@ -374,6 +380,11 @@ fn pack_a_panel(a: MatRef<'_>, r0: usize, height: usize, p0: usize, panel: &mut 
             for (col, &v) in panel.chunks_exact_mut(MR).zip(&a.data[start..start + kc]) {
                 col[r] = v;
             }
+        }
+    } else if a.rs == 1 && height == MR {
+        for (kk, col) in as_arrays_mut::<MR, f32>(panel).0.iter_mut().enumerate() {
+            let start = (p0 + kk) * a.cs + r0;
+            *col = a.data[start..start + MR].try_into().expect("MR rows");
         }
     } else if a.rs == 1 {
         for (kk, col) in panel.chunks_exact_mut(MR).enumerate() {

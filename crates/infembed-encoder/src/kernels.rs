@@ -308,6 +308,7 @@ struct LanePiece<'a, O> {
     simd: pulp::x86::V3,
     op: &'a O,
     out: &'a mut [f32],
+    x: Option<&'a [f32]>,
     y: Option<&'a [f32]>,
 }
 
@@ -317,41 +318,54 @@ impl<O: LaneOp> pulp::NullaryFnOnce for LanePiece<'_, O> {
 
     #[inline(always)]
     fn call(self) {
-        let Self { simd, op, out, y } = self;
+        let Self {
+            simd,
+            op,
+            out,
+            x,
+            y,
+        } = self;
         let zeros = [0f32; 32];
         let (head, tail) = pulp::as_arrays_mut::<32, f32>(out);
         let full = head.len() * 32;
+        let block = |src: Option<&[f32]>, i: usize| -> Option<[f32; 32]> {
+            src.map(|s| s[i * 32..i * 32 + 32].try_into().expect("32 elements"))
+        };
         for (i, chunk) in head.iter_mut().enumerate() {
-            let yv: &[f32; 32] = match y {
-                Some(y) => y[i * 32..i * 32 + 32].try_into().expect("32 elements"),
-                None => &zeros,
-            };
-            *chunk = pulp::cast(op.v3(simd, pulp::cast(*chunk), pulp::cast(*yv)));
+            let xv = block(x, i).unwrap_or(*chunk);
+            let yv = block(y, i).unwrap_or(zeros);
+            *chunk = pulp::cast(op.v3(simd, pulp::cast(xv), pulp::cast(yv)));
         }
         for (j, v) in tail.iter_mut().enumerate() {
-            *v = op.scalar(*v, y.map_or(0.0, |y| y[full + j]));
+            let xv = x.map_or(*v, |x| x[full + j]);
+            *v = op.scalar(xv, y.map_or(0.0, |y| y[full + j]));
         }
     }
 }
 
-/// `out[i] = op(out[i], y[i])` in parallel pieces, with AVX2 where the processor has it.
-fn lane_map<O: LaneOp>(op: &O, out: &mut [f32], y: Option<&[f32]>) {
+/// `out[i] = op(x[i], y[i])` in parallel pieces, with AVX2 where the processor has it; `x`
+/// is `out` itself (in place) when `None`, `y` is 0 when `None`.
+fn lane_map<O: LaneOp>(op: &O, out: &mut [f32], x: Option<&[f32]>, y: Option<&[f32]>) {
     #[cfg(target_arch = "x86_64")]
     let simd = pulp::x86::V3::try_new();
     let piece = |o: &mut [f32], c: usize| {
-        let y = y.map(|y| &y[c * CHUNK..c * CHUNK + o.len()]);
+        let range = c * CHUNK..c * CHUNK + o.len();
+        let x = x.map(|x| &x[range.clone()]);
+        let y = y.map(|y| &y[range]);
         #[cfg(target_arch = "x86_64")]
         if let Some(simd) = simd {
             simd.vectorize(LanePiece {
                 simd,
                 op,
                 out: o,
+                x,
                 y,
             });
             return;
         }
         for (j, v) in o.iter_mut().enumerate() {
-            *v = op.scalar(*v, y.map_or(0.0, |y| y[j]));
+            let xv = x.map_or(*v, |x| x[j]);
+            *v = op.scalar(xv, y.map_or(0.0, |y| y[j]));
         }
     };
     if out.len() <= CHUNK {
@@ -363,19 +377,19 @@ fn lane_map<O: LaneOp>(op: &O, out: &mut [f32], y: Option<&[f32]>) {
     }
 }
 
-/// [`lane_map`] on a flex `f32` tensor (in place when its storage is not shared) with an
-/// optional second input of the same shape.
+/// [`lane_map`] on a flex `f32` tensor (in place when its storage is not shared, else into a
+/// new tensor) with an optional second input of the same shape.
 fn flex_lane_map<O: LaneOp>(op: &O, t: FlexTensor, other: Option<&FlexTensor>) -> FlexTensor {
     let other = other.map(|o| contiguous(o.clone()));
     let mut t = contiguous(t);
     let n = t.layout().num_elements();
     let ys = other.as_ref().map(|o| &o.storage::<f32>()[..n]);
     if let Some(s) = t.try_storage_mut::<f32>() {
-        lane_map(op, &mut s[..n], ys);
+        lane_map(op, &mut s[..n], None, ys);
         return t;
     }
-    let mut out = t.storage::<f32>()[..n].to_vec();
-    lane_map(op, &mut out, ys);
+    let mut out = vec![0f32; n];
+    lane_map(op, &mut out, Some(&t.storage::<f32>()[..n]), ys);
     FlexTensor::from_data(TensorData::new(out, t.layout().shape().to_vec()))
 }
 
