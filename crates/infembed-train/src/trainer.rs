@@ -251,7 +251,16 @@ impl Trainer {
                     source,
                 }
             })?;
-        let model = self.encoder.model.clone().load_record(record);
+        // A checkpoint of another model (other widths) is a typed error, not burn's panic.
+        let model = self
+            .encoder
+            .model
+            .clone()
+            .try_load_record(record)
+            .map_err(|source| Error::Record {
+                path: path.clone(),
+                source,
+            })?;
         self.encoder = self
             .encoder
             .with_model(model, &self.encoder.device().clone());
