@@ -161,32 +161,19 @@ impl Default for Epilogue<'_> {
 /// When the inner dimensions differ, `c` has the wrong length, or the bias the wrong length
 /// (shape contracts of the caller).
 pub fn gemm(a: MatRef<'_>, b: MatRef<'_>, c: &mut [f32], epilogue: Epilogue<'_>) {
-    let (m, k, n) = (a.rows, a.cols, b.cols);
-    assert_eq!(
-        k, b.rows,
-        "gemm: inner dimensions differ: a is {m}x{k}, b is {}x{n}",
-        b.rows
-    );
+    let (m, k, n) = check_shapes(a, b, epilogue);
     assert_eq!(
         c.len(),
         m * n,
         "gemm: c must hold {m}x{n} = {} elements",
         m * n
     );
-    if let Some(bias) = epilogue.bias {
-        assert_eq!(bias.len(), n, "gemm: bias must have {n} elements");
-    }
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
-        // Only the epilogue remains.
-        c.par_chunks_mut(n).for_each(|row| {
-            let zero = [0f32; NR];
-            for (j0, out) in (0..n).step_by(NR).zip(row.chunks_mut(NR)) {
-                write_tile_row(out, &zero, j0, epilogue);
-            }
-        });
+        c.par_chunks_mut(n)
+            .for_each(|row| epilogue_only(row, epilogue));
         return;
     }
     let panels = n.div_ceil(NR);
@@ -213,11 +200,7 @@ pub fn gemm(a: MatRef<'_>, b: MatRef<'_>, c: &mut [f32], epilogue: Epilogue<'_>)
                 c: c_block,
                 epilogue,
             };
-            match simd {
-                #[cfg(target_arch = "x86_64")]
-                Some(simd) => simd.vectorize(FastTask { task, simd }),
-                _ => task.run(None),
-            }
+            task.dispatch(simd);
         });
     keep(&SCRATCH_B, packed_b);
 }
@@ -235,12 +218,7 @@ pub fn gemm_serial(
     ldc: usize,
     epilogue: Epilogue<'_>,
 ) {
-    let (m, k, n) = (a.rows, a.cols, b.cols);
-    assert_eq!(
-        k, b.rows,
-        "gemm: inner dimensions differ: a is {m}x{k}, b is {}x{n}",
-        b.rows
-    );
+    let (m, k, n) = check_shapes(a, b, epilogue);
     assert!(ldc >= n, "gemm: row stride {ldc} is below the {n} columns");
     if m == 0 || n == 0 {
         return;
@@ -249,16 +227,9 @@ pub fn gemm_serial(
         c.len() >= (m - 1) * ldc + n,
         "gemm: c must hold {m} rows of stride {ldc}"
     );
-    if let Some(bias) = epilogue.bias {
-        assert_eq!(bias.len(), n, "gemm: bias must have {n} elements");
-    }
     if k == 0 {
         for i in 0..m {
-            let zero = [0f32; NR];
-            let row = &mut c[i * ldc..i * ldc + n];
-            for (j0, out) in (0..n).step_by(NR).zip(row.chunks_mut(NR)) {
-                write_tile_row(out, &zero, j0, epilogue);
-            }
+            epilogue_only(&mut c[i * ldc..i * ldc + n], epilogue);
         }
         return;
     }
@@ -276,12 +247,31 @@ pub fn gemm_serial(
         c,
         epilogue,
     };
-    match detect() {
-        #[cfg(target_arch = "x86_64")]
-        Some(simd) => simd.vectorize(FastTask { task, simd }),
-        _ => task.run(None),
-    }
+    task.dispatch(detect());
     keep(&SCRATCH_B, packed_b);
+}
+
+/// The shape contracts [`gemm`] and [`gemm_serial`] share: `(m, k, n)` once the inner
+/// dimensions agree and the bias (if any) has `n` elements.
+fn check_shapes(a: MatRef<'_>, b: MatRef<'_>, epilogue: Epilogue<'_>) -> (usize, usize, usize) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert_eq!(
+        k, b.rows,
+        "gemm: inner dimensions differ: a is {m}x{k}, b is {}x{n}",
+        b.rows
+    );
+    if let Some(bias) = epilogue.bias {
+        assert_eq!(bias.len(), n, "gemm: bias must have {n} elements");
+    }
+    (m, k, n)
+}
+
+/// One output row of an empty inner dimension: only the epilogue applies.
+fn epilogue_only(row: &mut [f32], epilogue: Epilogue<'_>) {
+    let zero = [0f32; NR];
+    for (j0, out) in (0..row.len()).step_by(NR).zip(row.chunks_mut(NR)) {
+        write_tile_row(out, &zero, j0, epilogue);
+    }
 }
 
 thread_local! {
@@ -435,6 +425,15 @@ struct BlockTask<'a, 'b> {
 }
 
 impl BlockTask<'_, '_> {
+    /// Runs the task under the fast instruction set when `simd` holds it, portably otherwise.
+    fn dispatch(self, simd: Option<Fast>) {
+        match simd {
+            #[cfg(target_arch = "x86_64")]
+            Some(simd) => simd.vectorize(FastTask { task: self, simd }),
+            _ => self.run(None),
+        }
+    }
+
     #[inline(always)]
     fn run(self, simd: Option<Fast>) {
         let Self {
