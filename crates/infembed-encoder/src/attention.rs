@@ -71,22 +71,15 @@ pub(crate) fn attend(
 /// `prob > 0`) the product is spelled out (`softmax(q k^T / sqrt(d_head))`, masked keys
 /// pushed down by 1e9, dropout, times `v`); otherwise this is [`attend`].
 ///
-/// On an autodiff `flex` device, when the padding flags `key_pad` (`B * L`, `true` on padding,
-/// the same padding as `mask`) are given, the whole block runs as one operation with its own
-/// backward step ([`crate::fused::attention_train`]), with the same dropout masks.
+/// (On the `flex` backend BERT runs [`crate::fused`]'s packed attention instead, which draws
+/// the same dropout masks.)
 pub(crate) fn attend_with_dropout(
     q: Tensor<4>,
     k: Tensor<4>,
     v: Tensor<4>,
     mask: Tensor<4, Bool>,
     dropout: &Dropout,
-    key_pad: Option<&[bool]>,
 ) -> Tensor<4> {
-    if let Some(pad) = key_pad
-        && let Some(out) = crate::fused::attention_train(&q, &k, &v, pad, dropout)
-    {
-        return out;
-    }
     let active = dropout.prob > 0.0 && dropout.training.is_enabled() && q.device().is_autodiff();
     if active {
         attend_decomposed(q, k, v, mask, dropout)
@@ -166,7 +159,7 @@ mod tests {
         let drop = DropoutConfig::new(0.5).init();
         let run = |d: &Dropout, seed: u64| {
             device.seed(seed);
-            attend_with_dropout(q.clone(), k.clone(), v.clone(), mask.clone(), d, None)
+            attend_with_dropout(q.clone(), k.clone(), v.clone(), mask.clone(), d)
                 .into_data()
                 .try_to_vec::<f32>()
                 .expect("f32")

@@ -16,6 +16,8 @@ use crate::error::{Error, Result};
 use crate::fused;
 use crate::kernels::dropout;
 use crate::linear::{linear, linear_gelu};
+use crate::norm::layer_norm;
+use crate::packing::Packing;
 use crate::weights;
 
 /// Hyper-parameters of a BERT checkpoint, as in its Hugging Face `config.json`.
@@ -150,6 +152,7 @@ impl BertConfig {
                     .collect(),
             },
             pooler: with_pooler.then(|| BertPooler { dense: lin(d, d) }),
+            layer_norm_eps: self.layer_norm_eps,
         }
     }
 
@@ -193,6 +196,9 @@ pub struct BertModel {
     /// The pooler (tanh dense on the CLS state); kept only so saving preserves it, unused by
     /// the sentence-embedding poolings.
     pub pooler: Option<BertPooler>,
+    /// The LayerNorms' epsilon (burn's `LayerNorm` keeps its own private; the fused training
+    /// LayerNorm of [`crate::norm`] needs the value).
+    pub layer_norm_eps: f64,
 }
 
 /// BERT's embedding block.
@@ -278,56 +284,96 @@ pub struct BertPooler {
 }
 
 impl BertResidualOutput {
-    fn forward(&self, x: Tensor<3>, residual: Tensor<3>) -> Tensor<3> {
+    fn forward<const D: usize>(&self, x: Tensor<D>, residual: Tensor<D>, eps: f64) -> Tensor<D> {
         let x = dropout(&self.dropout, linear(&self.dense, x));
-        self.layer_norm.forward(x + residual)
+        layer_norm(&self.layer_norm, eps, x + residual)
     }
 }
 
 impl BertModel {
-    /// Hidden states of the last layer, `[B, L, d]`.
+    /// Hidden states of the last layer, `[B, L, d]`, zeros on padding positions.
     ///
-    /// Inputs are right-padded; padding keys are masked out of attention, so the states of
-    /// real tokens do not depend on how much padding follows them.
+    /// The batch runs packed ([`crate::packing`]): only real tokens go through the layers, and
+    /// each attends to the real tokens of its own row, so the states of real tokens do not
+    /// depend on how much padding the batch holds. The padding flags are read to the host
+    /// once per pass (they decide the layout).
     pub fn forward(&self, input: &BackboneInput) -> Tensor<3> {
-        let [_, l] = input.input_ids.dims();
+        let [b, l] = input.input_ids.dims();
         let device = input.input_ids.device();
-        let positions = Tensor::<1, Int>::arange(0..l as i64, &device).unsqueeze::<2>();
+        let d = self.embeddings.word_embeddings.weight.dims()[1];
+        let pad: Vec<bool> = match input.padding.clone().into_data().try_to_vec::<bool>() {
+            Ok(flags) => flags,
+            // a backend that stores flags in another type: the lengths, right-padded
+            Err(_) => (0..b * l)
+                .map(|i| i % l >= input.lengths.get(i / l).copied().unwrap_or(0))
+                .collect(),
+        };
+        let packing = Packing::new(&pad, b, l);
+        if packing.len() == 0 {
+            return Tensor::zeros([b, l, d], &device);
+        }
         let e = &self.embeddings;
-        let x = e.word_embeddings.forward(input.input_ids.clone())
-            + e.position_embeddings.forward(positions)
+        let t = packing.len();
+        let x = e
+            .word_embeddings
+            .forward(packing.pack_ids(input.input_ids.clone()))
+            + e.position_embeddings.forward(packing.positions(&device))
             + e.token_type_embeddings
-                .forward(input.token_type_ids.clone());
-        let mut x = dropout(&e.dropout, e.layer_norm.forward(x));
-        let mask = key_padding_mask(input.padding.clone());
-        // The fused attention blocks read the padding flags on the host.
-        let key_pad: Option<Vec<bool>> =
-            input.padding.clone().into_data().try_to_vec::<bool>().ok();
+                .forward(packing.pack_ids(input.token_type_ids.clone()));
+        let eps = self.layer_norm_eps;
+        let mut x = dropout(
+            &e.dropout,
+            layer_norm(&e.layer_norm, eps, x.reshape([t, d])),
+        );
         for layer in &self.encoder.layer {
             let sa = &layer.attention.self_attn;
-            let fused = key_pad.as_deref().and_then(|pad| {
-                fused::self_attention(&x, [&sa.query, &sa.key, &sa.value], sa.heads, pad)
-            });
-            let ctx = match fused {
-                Some(ctx) => ctx,
-                None => {
-                    let q = split_heads(linear(&sa.query, x.clone()), sa.heads);
-                    let k = split_heads(linear(&sa.key, x.clone()), sa.heads);
-                    let v = split_heads(linear(&sa.value, x.clone()), sa.heads);
-                    merge_heads(attend_with_dropout(
-                        q,
-                        k,
-                        v,
-                        mask.clone(),
-                        &sa.dropout,
-                        key_pad.as_deref(),
-                    ))
-                }
-            };
-            let h = layer.attention.output.forward(ctx, x);
+            let ctx = self_attention(sa, &x, &packing, l)
+                .unwrap_or_else(|| self_attention_padded(sa, &x, &packing, input));
+            let h = layer.attention.output.forward(ctx, x, eps);
             let inner = linear_gelu(&layer.intermediate.dense, h.clone());
-            x = layer.output.forward(inner, h);
+            x = layer.output.forward(inner, h, eps);
         }
-        x
+        packing.unpack(x)
     }
+}
+
+/// The attention context of packed rows `x` (`[T, d]`) through [`fused`]: the inference
+/// kernel on plain tensors, the training operation (with its dropout) on autodiff ones.
+/// `None` off the `flex` backend.
+fn self_attention(
+    sa: &BertSelfAttention,
+    x: &Tensor<2>,
+    packing: &Packing,
+    padded_len: usize,
+) -> Option<Tensor<2>> {
+    let layers = [&sa.query, &sa.key, &sa.value];
+    if !x.device().is_autodiff() {
+        return fused::self_attention(x, layers, sa.heads, packing.offsets());
+    }
+    if !fused::trains(x) {
+        return None;
+    }
+    let [q, k, v] = layers.map(|layer| linear(layer, x.clone()));
+    fused::attention_train(
+        [&q, &k, &v],
+        sa.heads,
+        packing.offsets(),
+        padded_len,
+        &sa.dropout,
+    )
+}
+
+/// [`self_attention`] through burn's ops, on the padded batch.
+fn self_attention_padded(
+    sa: &BertSelfAttention,
+    x: &Tensor<2>,
+    packing: &Packing,
+    input: &BackboneInput,
+) -> Tensor<2> {
+    let xp = packing.unpack(x.clone());
+    let q = split_heads(linear(&sa.query, xp.clone()), sa.heads);
+    let k = split_heads(linear(&sa.key, xp.clone()), sa.heads);
+    let v = split_heads(linear(&sa.value, xp), sa.heads);
+    let mask = key_padding_mask(input.padding.clone());
+    packing.pack(merge_heads(attend_with_dropout(q, k, v, mask, &sa.dropout)))
 }

@@ -43,6 +43,8 @@ pub mod interaction;
 pub mod kernels;
 pub mod linear;
 pub mod modernbert;
+pub mod norm;
+mod packing;
 pub mod pool;
 mod rope;
 pub mod save;
