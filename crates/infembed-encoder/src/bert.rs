@@ -293,8 +293,8 @@ impl BertResidualOutput {
 impl BertModel {
     /// Hidden states of the last layer, `[B, L, d]`, zeros on padding positions.
     ///
-    /// The batch runs packed ([`crate::packing`]): only real tokens go through the layers, and
-    /// each attends to the real tokens of its own row, so the states of real tokens do not
+    /// The batch runs packed: only its real tokens, stacked as `[T, d]` rows, go through the
+    /// layers, and each attends to the real tokens of its own row, so the states of real tokens do not
     /// depend on how much padding the batch holds. The padding flags are read to the host
     /// once per pass (they decide the layout).
     pub fn forward(&self, input: &BackboneInput) -> Tensor<3> {

@@ -66,13 +66,20 @@ fn main() -> Result<()> {
             Some(c) => grad_cache_step(&encoder, &batch, &loss, true, 1.0, c)?,
             None => full_batch_step(&encoder, &batch, &loss, true, 1.0)?,
         };
+        let t_fb = t.elapsed().as_secs_f64();
         let mut grads = out.grads;
         clip_global_norm(&encoder.model, &mut grads, 1.0);
+        let t_clip = t.elapsed().as_secs_f64();
         let model = optim.step(5e-5, encoder.model.clone(), grads);
         encoder = encoder.with_model(model, &encoder.device().clone());
         let secs = t.elapsed().as_secs_f64();
         texts = out.texts;
-        eprintln!("step {step}: loss {:.4}, {secs:.2} s", out.loss);
+        eprintln!(
+            "step {step}: loss {:.4}, {secs:.2} s (fwd+bwd {t_fb:.2}, clip {:.2}, optim {:.2})",
+            out.loss,
+            t_clip - t_fb,
+            secs - t_clip
+        );
         if step > 0 {
             times.push(secs);
         }
