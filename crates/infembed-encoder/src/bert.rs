@@ -377,3 +377,56 @@ fn self_attention_padded(
     let mask = key_padding_mask(input.padding.clone());
     packing.pack(merge_heads(attend_with_dropout(q, k, v, mask, &sa.dropout)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::Distribution;
+
+    /// The fused attention on packed rows equals the fallback that other backends run (burn's
+    /// ops on the batch unpacked around them), for inference and for training with
+    /// attention dropout (same device seed, same masks).
+    #[test]
+    fn fused_attention_equals_the_padded_fallback() {
+        let (d, heads) = (16, 4);
+        let ids: Vec<Vec<u32>> = [6u32, 2, 4].iter().map(|&n| (0..n).collect()).collect();
+        let types: Vec<Vec<u32>> = ids.iter().map(|r| vec![0; r.len()]).collect();
+        for device in [Device::default(), Device::default().autodiff()] {
+            let input = BackboneInput::from_ids(&ids, &types, 0, false, &device);
+            let [b, l] = input.input_ids.dims();
+            let pad = input
+                .padding
+                .clone()
+                .into_data()
+                .try_to_vec::<bool>()
+                .expect("bool flags");
+            let packing = Packing::new(&pad, b, l);
+            device.seed(3);
+            let lin = || LinearConfig::new(d, d).init(&device);
+            let sa = BertSelfAttention {
+                query: lin(),
+                key: lin(),
+                value: lin(),
+                heads,
+                dropout: DropoutConfig::new(0.2).init(),
+            };
+            let x =
+                Tensor::<2>::random([packing.len(), d], Distribution::Normal(0.0, 1.0), &device);
+            // burn initializes parameters lazily, drawing from the generator on first use:
+            // do it now so that both paths below draw only their dropout seed
+            for layer in [&sa.query, &sa.key, &sa.value] {
+                let _ = (layer.weight.val(), layer.bias.as_ref().map(|b| b.val()));
+            }
+            device.seed(9);
+            let fused = self_attention(&sa, &x, &packing, l).expect("flex f32");
+            device.seed(9);
+            let padded = self_attention_padded(&sa, &x, &packing, &input);
+            let diff = (fused - padded).abs().max().into_scalar::<f32>();
+            assert!(
+                diff < 1e-5,
+                "autodiff {}: differs by {diff}",
+                device.is_autodiff()
+            );
+        }
+    }
+}
