@@ -1,6 +1,7 @@
 //! The BERT family backbone (BERT, MiniLM, e5, bge, gte): absolute position embeddings,
 //! post-norm transformer layers with exact (erf) GELU.
 
+use std::cell::OnceCell;
 use std::path::Path;
 
 use burn::nn::{
@@ -308,7 +309,7 @@ impl BertModel {
                 .map(|i| i % l >= input.lengths.get(i / l).copied().unwrap_or(0))
                 .collect(),
         };
-        let packing = Packing::new(&pad, b, l);
+        let packing = Packing::new(&pad, b, l, &device);
         if packing.len() == 0 {
             return Tensor::zeros([b, l, d], &device);
         }
@@ -317,7 +318,7 @@ impl BertModel {
         let x = e
             .word_embeddings
             .forward(packing.pack_ids(input.input_ids.clone()))
-            + e.position_embeddings.forward(packing.positions(&device))
+            + e.position_embeddings.forward(packing.positions())
             + e.token_type_embeddings
                 .forward(packing.pack_ids(input.token_type_ids.clone()));
         let eps = self.layer_norm_eps;
@@ -325,10 +326,14 @@ impl BertModel {
             &e.dropout,
             layer_norm(&e.layer_norm, eps, x.reshape([t, d])),
         );
+        // burn's attention (off `flex`) needs the padded batch's key mask, built once
+        let mask = OnceCell::new();
         for layer in &self.encoder.layer {
             let sa = &layer.attention.self_attn;
-            let ctx = self_attention(sa, &x, &packing, l)
-                .unwrap_or_else(|| self_attention_padded(sa, &x, &packing, input));
+            let ctx = self_attention(sa, &x, &packing, l).unwrap_or_else(|| {
+                let mask = mask.get_or_init(|| key_padding_mask(input.padding.clone()));
+                self_attention_padded(sa, &x, &packing, mask.clone())
+            });
             let h = layer.attention.output.forward(ctx, x, eps);
             let inner = linear_gelu(&layer.intermediate.dense, h.clone());
             x = layer.output.forward(inner, h, eps);
@@ -363,18 +368,18 @@ fn self_attention(
     )
 }
 
-/// [`self_attention`] through burn's ops, on the padded batch.
+/// [`self_attention`] through burn's ops, on the padded batch whose key mask
+/// ([`key_padding_mask`]) is `mask`.
 fn self_attention_padded(
     sa: &BertSelfAttention,
     x: &Tensor<2>,
     packing: &Packing,
-    input: &BackboneInput,
+    mask: Tensor<4, Bool>,
 ) -> Tensor<2> {
     let xp = packing.unpack(x.clone());
     let q = split_heads(linear(&sa.query, xp.clone()), sa.heads);
     let k = split_heads(linear(&sa.key, xp.clone()), sa.heads);
     let v = split_heads(linear(&sa.value, xp), sa.heads);
-    let mask = key_padding_mask(input.padding.clone());
     packing.pack(merge_heads(attend_with_dropout(q, k, v, mask, &sa.dropout)))
 }
 
@@ -400,7 +405,7 @@ mod tests {
                 .into_data()
                 .try_to_vec::<bool>()
                 .expect("bool flags");
-            let packing = Packing::new(&pad, b, l);
+            let packing = Packing::new(&pad, b, l, &device);
             device.seed(3);
             let lin = || LinearConfig::new(d, d).init(&device);
             let sa = BertSelfAttention {
@@ -420,7 +425,8 @@ mod tests {
             device.seed(9);
             let fused = self_attention(&sa, &x, &packing, l).expect("flex f32");
             device.seed(9);
-            let padded = self_attention_padded(&sa, &x, &packing, &input);
+            let mask = key_padding_mask(input.padding.clone());
+            let padded = self_attention_padded(&sa, &x, &packing, mask);
             let diff = (fused - padded).abs().max().into_scalar::<f32>();
             assert!(
                 diff < 1e-5,

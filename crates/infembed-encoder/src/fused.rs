@@ -250,13 +250,11 @@ struct AttnState {
     drop: Option<AttnDrop>,
 }
 
-impl AttnState {
-    /// Sizes of the per-sequence probability blocks.
-    fn prob_sizes(&self) -> impl Iterator<Item = usize> + '_ {
-        self.offsets
-            .windows(2)
-            .map(|w| self.heads * (w[1] - w[0]) * (w[1] - w[0]))
-    }
+/// Sizes of the per-sequence probability blocks of [`AttnState::probs`] (`H n²` each).
+fn prob_sizes(offsets: &[usize], heads: usize) -> impl Iterator<Item = usize> + '_ {
+    offsets
+        .windows(2)
+        .map(move |w| heads * (w[1] - w[0]) * (w[1] - w[0]))
 }
 
 /// The autodiff step of [`attention_train`].
@@ -317,22 +315,15 @@ pub(crate) fn attention_train(
         state: crate::kernels::dropout_state(dropout.prob, &q.device()),
         len: padded_len,
     });
-    let mut st = AttnState {
-        q: positive_strides(qa.primitive().clone()),
-        k: positive_strides(ka.primitive().clone()),
-        v: positive_strides(va.primitive().clone()),
-        probs: Vec::new(),
-        offsets: offsets.to_vec(),
-        heads,
-        drop,
-    };
-    st.probs = vec![0f32; st.prob_sizes().sum()];
+    let qf = positive_strides(qa.primitive().clone());
+    let kf = positive_strides(ka.primitive().clone());
+    let vf = positive_strides(va.primitive().clone());
     let dh = d / heads;
     let scale = 1.0 / (dh as f32).sqrt();
     let mut out = vec![0f32; t * d];
     let outs = split_sizes(&mut out, offsets.windows(2).map(|w| (w[1] - w[0]) * d));
-    let mut probs = std::mem::take(&mut st.probs);
-    let prob_blocks = split_sizes(&mut probs, st.prob_sizes());
+    let mut probs = vec![0f32; prob_sizes(offsets, heads).sum()];
+    let prob_blocks = split_sizes(&mut probs, prob_sizes(offsets, heads));
     outs.into_par_iter()
         .zip(prob_blocks)
         .zip(offsets.par_windows(2))
@@ -346,13 +337,13 @@ pub(crate) fn attention_train(
             for (h, p) in p.chunks_exact_mut(n * n).enumerate() {
                 let col = h * dh;
                 let (qh, kh, vh) = (
-                    block(&st.q, start, n, col, dh),
-                    block(&st.k, start, n, col, dh),
-                    block(&st.v, start, n, col, dh),
+                    block(&qf, start, n, col, dh),
+                    block(&kf, start, n, col, dh),
+                    block(&vf, start, n, col, dh),
                 );
                 gemm::gemm_serial(qh, kh.t(), p, n, Epilogue::default());
                 softmax_rows(p, n, scale);
-                let pd: &[f32] = match st.drop {
+                let pd: &[f32] = match drop {
                     Some(drop) => {
                         drop.apply(dropped, Some(p), n, s, heads, h);
                         dropped
@@ -368,7 +359,15 @@ pub(crate) fn attention_train(
                 );
             }
         });
-    st.probs = probs;
+    let st = AttnState {
+        q: qf,
+        k: kf,
+        v: vf,
+        probs,
+        offsets: offsets.to_vec(),
+        heads,
+        drop,
+    };
     let out = FlexTensor::from_data(TensorData::new(out, dims.to_vec()));
     let result = match AttnBackward
         .prepare::<NoCheckpointing>([qa.node(), ka.node(), va.node()])
@@ -401,7 +400,7 @@ impl Backward<Flex, 3> for AttnBackward {
         );
         let mut probs_at = Vec::with_capacity(st.offsets.len());
         let mut at = 0;
-        for size in st.prob_sizes() {
+        for size in prob_sizes(&st.offsets, heads) {
             probs_at.push(at);
             at += size;
         }
@@ -503,7 +502,7 @@ mod tests {
         let pad: Vec<bool> = (0..b * l)
             .map(|i| (i / l == 1 && i % l >= 5) || (i / l == 2 && i % l >= 1) || i / l == 3)
             .collect();
-        let packing = Packing::new(&pad, b, l);
+        let packing = Packing::new(&pad, b, l, &device);
         let ours = self_attention(
             &packing.pack(x.clone()),
             [&layers[0], &layers[1], &layers[2]],
@@ -530,7 +529,7 @@ mod tests {
         let pad: Vec<bool> = (0..b * l)
             .map(|i| (i / l == 1 && i % l >= 4) || (i / l == 2 && i % l >= 6))
             .collect();
-        let packing = Packing::new(&pad, b, l);
+        let packing = Packing::new(&pad, b, l, &device);
         let pad_t = Tensor::<2, Bool>::from_data(TensorData::new(pad.clone(), [b, l]), &device);
         let mask = key_padding_mask(pad_t);
         // 1 on real tokens: padded query rows do not count in the padded reference's loss

@@ -9,24 +9,35 @@
 use burn::prelude::*;
 use burn::tensor::TensorData;
 
-/// Where the real tokens of a `[B, L]` padded batch go in the packed layout.
+/// Where the real tokens of a `[B, L]` padded batch go in the packed layout, with the index
+/// tensors that move states between the two layouts (built once, on the batch's device).
 #[derive(Debug, Clone)]
 pub(crate) struct Packing {
     b: usize,
     l: usize,
     /// `B + 1` row offsets.
     offsets: Vec<usize>,
-    /// Flat padded position `b L + t` of each packed row.
-    rows: Vec<usize>,
+    /// `[T]`: the flat padded position `b L + t` of each packed row.
+    gather: Tensor<1, Int>,
+    /// `[B L]`: the packed row of each padded position, `T` on padding.
+    scatter: Tensor<1, Int>,
+    /// `[1, T]`: each packed row's column `t` in its padded row.
+    positions: Tensor<2, Int>,
+}
+
+/// `v` as an integer tensor of `shape` (which must hold `v.len()` elements).
+fn index<const D: usize>(v: Vec<usize>, shape: [usize; D], device: &Device) -> Tensor<D, Int> {
+    let data: Vec<i64> = v.into_iter().map(|i| i as i64).collect();
+    Tensor::from_data(TensorData::new(data, shape), device)
 }
 
 impl Packing {
     /// The layout of a batch whose padding flags (`B * L`, `true` on padding, anywhere in a
-    /// row) are `pad`.
+    /// row) are `pad`, with its index tensors on `device`.
     ///
     /// # Panics
     /// When `pad` does not hold `B * L` flags (a shape contract of the caller).
-    pub(crate) fn new(pad: &[bool], b: usize, l: usize) -> Self {
+    pub(crate) fn new(pad: &[bool], b: usize, l: usize, device: &Device) -> Self {
         assert_eq!(
             pad.len(),
             b * l,
@@ -34,6 +45,7 @@ impl Packing {
             b * l
         );
         let rows: Vec<usize> = (0..b * l).filter(|&i| !pad[i]).collect();
+        let t = rows.len();
         let mut offsets = Vec::with_capacity(b + 1);
         offsets.push(0);
         let mut count = 0;
@@ -41,28 +53,29 @@ impl Packing {
             count += row.iter().filter(|&&p| !p).count();
             offsets.push(count);
         }
+        let mut scatter = vec![t; b * l];
+        for (r, &p) in rows.iter().enumerate() {
+            scatter[p] = r;
+        }
+        let positions = rows.iter().map(|&r| r % l.max(1)).collect();
         Self {
             b,
             l,
             offsets,
-            rows,
+            gather: index(rows, [t], device),
+            scatter: index(scatter, [b * l], device),
+            positions: index(positions, [1, t], device),
         }
     }
 
     /// The number `T` of real tokens.
     pub(crate) fn len(&self) -> usize {
-        self.rows.len()
+        self.gather.dims()[0]
     }
 
     /// `B + 1` row offsets: sequence `s` is rows `offsets[s]..offsets[s + 1]`.
     pub(crate) fn offsets(&self) -> &[usize] {
         &self.offsets
-    }
-
-    fn index(v: impl Iterator<Item = usize>, device: &Device) -> Tensor<1, Int> {
-        let data: Vec<i64> = v.map(|i| i as i64).collect();
-        let n = data.len();
-        Tensor::from_data(TensorData::new(data, [n]), device)
     }
 
     /// The real tokens' rows of `x`.
@@ -72,23 +85,20 @@ impl Packing {
     /// - output: `[T, d]`
     pub(crate) fn pack(&self, x: Tensor<3>) -> Tensor<2> {
         let [_, _, d] = x.dims();
-        let device = x.device();
         x.reshape([self.b * self.l, d])
-            .select(0, Self::index(self.rows.iter().copied(), &device))
+            .select(0, self.gather.clone())
     }
 
     /// The real tokens' entries of `ids` (`[B, L]`), as one row `[1, T]`.
     pub(crate) fn pack_ids(&self, ids: Tensor<2, Int>) -> Tensor<2, Int> {
-        let device = ids.device();
         ids.reshape([self.b * self.l])
-            .select(0, Self::index(self.rows.iter().copied(), &device))
+            .select(0, self.gather.clone())
             .unsqueeze::<2>()
     }
 
     /// Each real token's position in its padded row (`0..L`), as one row `[1, T]`.
-    pub(crate) fn positions(&self, device: &Device) -> Tensor<2, Int> {
-        let l = self.l;
-        Self::index(self.rows.iter().map(|&r| r % l), device).unsqueeze::<2>()
+    pub(crate) fn positions(&self) -> Tensor<2, Int> {
+        self.positions.clone()
     }
 
     /// The padded batch again: packed row `r` back at its position, zeros on padding.
@@ -97,15 +107,11 @@ impl Packing {
     /// - `x`: `[T, d]`
     /// - output: `[B, L, d]`
     pub(crate) fn unpack(&self, x: Tensor<2>) -> Tensor<3> {
-        let [t, d] = x.dims();
+        let [_, d] = x.dims();
         let device = x.device();
-        let mut at = vec![t; self.b * self.l];
-        for (r, &p) in self.rows.iter().enumerate() {
-            at[p] = r;
-        }
         // row T is a zero row that every padding position reads
         Tensor::cat(vec![x, Tensor::zeros([1, d], &device)], 0)
-            .select(0, Self::index(at.into_iter(), &device))
+            .select(0, self.scatter.clone())
             .reshape([self.b, self.l, d])
     }
 }
@@ -124,7 +130,7 @@ mod tests {
             true, false, false, false, //
             true, true, true, true,
         ];
-        let packing = Packing::new(&pad, b, l);
+        let packing = Packing::new(&pad, b, l, &device);
         assert_eq!(packing.offsets(), &[0, 3, 6, 6]);
         assert_eq!(packing.len(), 6);
         let data: Vec<f32> = (0..b * l * d).map(|i| i as f32).collect();
@@ -151,10 +157,19 @@ mod tests {
             }
         }
         let pos = packing
-            .positions(&device)
+            .positions()
             .into_data()
             .try_to_vec_as::<i64>()
             .expect("ints");
         assert_eq!(pos, vec![0, 1, 2, 1, 2, 3]);
+        // a batch of padding only packs to no rows and unpacks to zeros
+        let empty = Packing::new(&[true; 4], 2, 2, &device);
+        assert_eq!((empty.len(), empty.offsets()), (0, &[0, 0, 0][..]));
+        let zeros = empty
+            .unpack(Tensor::zeros([0, d], &device))
+            .into_data()
+            .try_to_vec::<f32>()
+            .expect("f32");
+        assert_eq!(zeros, vec![0.0; 4 * d]);
     }
 }
