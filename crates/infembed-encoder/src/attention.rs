@@ -129,6 +129,7 @@ mod tests {
     /// The spelled-out product (dropout 0) equals the fused attention op, padding included.
     #[test]
     fn decomposed_attention_equals_fused_attention() {
+        let _rng = crate::rng_lock();
         let device = Device::default();
         let (b, h, l, dh) = (3, 4, 7, 8);
         device.seed(11);
@@ -150,6 +151,7 @@ mod tests {
     /// evaluation mode nothing changes.
     #[test]
     fn attention_dropout_is_active_only_in_training() {
+        let _rng = crate::rng_lock();
         let device = Device::default().autodiff();
         device.seed(3);
         let rand = || Tensor::<4>::random([2, 2, 6, 4], Distribution::Normal(0.0, 1.0), &device);

@@ -393,6 +393,7 @@ mod tests {
     /// attention dropout (same device seed, same masks).
     #[test]
     fn fused_attention_equals_the_padded_fallback() {
+        let _rng = crate::rng_lock();
         let (d, heads) = (16, 4);
         let ids: Vec<Vec<u32>> = [6u32, 2, 4].iter().map(|&n| (0..n).collect()).collect();
         let types: Vec<Vec<u32>> = ids.iter().map(|r| vec![0; r.len()]).collect();

@@ -490,6 +490,7 @@ mod tests {
     /// real token.
     #[test]
     fn equals_burn_attention_with_padding() {
+        let _rng = crate::rng_lock();
         let device = Device::default();
         device.seed(5);
         let (b, l, d, heads) = (4, 9, 24, 4);
@@ -523,6 +524,7 @@ mod tests {
     /// batch, with and without dropout (same device seed, so the same dropped elements).
     #[test]
     fn training_attention_equals_spelled_out_attention() {
+        let _rng = crate::rng_lock();
         let device = Device::default().autodiff();
         let (b, heads, l, dh) = (3, 3, 7, 8);
         let d = heads * dh;

@@ -843,6 +843,7 @@ mod tests {
 
     #[test]
     fn dropout_drops_the_right_fraction_and_scales_the_rest() {
+        let _rng = crate::rng_lock();
         let ad = plain().autodiff();
         for prob in [0.1, 0.5] {
             let n = 200_000usize;
@@ -867,6 +868,7 @@ mod tests {
 
     #[test]
     fn dropout_backward_applies_the_forward_mask() {
+        let _rng = crate::rng_lock();
         let ad = plain().autodiff();
         let xs: Vec<f32> = (0..600).map(|i| 0.5 + (i % 7) as f32).collect();
         let x = Tensor::<2>::from_data(TensorData::new(xs.clone(), [20, 30]), &ad).require_grad();
@@ -889,6 +891,7 @@ mod tests {
 
     #[test]
     fn dropout_masks_follow_the_device_seed() {
+        let _rng = crate::rng_lock();
         let ad = plain().autodiff();
         let m = dropout_module(0.5);
         let draw = |seed: u64| {

@@ -62,3 +62,13 @@ pub use error::{Error, Result};
 pub use interaction::{CrossAttention, CrossAttentionConfig, CrossAttentionKind, Template};
 pub use pool::{Pooling, l2_normalize, pool};
 pub use tokenize::{TextTokenizer, TokenBatch};
+
+/// Serializes this crate's tests that draw from burn's device generator. The `flex` backend
+/// keeps one generator per process, so a test running alongside could draw from it between
+/// another test's `device.seed(s)` and the draws that the seed is meant to fix (as
+/// `infembed-train`'s training tests do with their own lock).
+#[cfg(test)]
+pub(crate) fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
+    static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    RNG.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -329,6 +329,7 @@ mod tests {
 
     #[test]
     fn forward_matches_burn_linear_with_and_without_bias() {
+        let _rng = crate::rng_lock();
         let device = Device::default();
         for bias in [true, false] {
             let layer = LinearConfig::new(37, 53).with_bias(bias).init(&device);
@@ -350,6 +351,7 @@ mod tests {
 
     #[test]
     fn gradients_match_burn_linear() {
+        let _rng = crate::rng_lock();
         let device = Device::default().autodiff();
         for (bias, act) in [
             (true, Activation::Identity),

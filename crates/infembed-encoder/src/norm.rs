@@ -233,6 +233,7 @@ mod tests {
     /// Values and the gradients of the input, γ and β equal burn's spelled-out LayerNorm.
     #[test]
     fn matches_burn_layer_norm_values_and_gradients() {
+        let _rng = crate::rng_lock();
         let device = Device::default().autodiff();
         device.seed(4);
         for bias in [true, false] {
