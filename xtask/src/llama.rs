@@ -21,8 +21,10 @@
 //!
 //! `INFEMBED_LLAMA_BUILD_DEADLINE` (Unix seconds) bounds the compile: past it the build is
 //! stopped, the command says so loudly and exits 0 without a server, and the real-server tests
-//! skip (loudly). A later run resumes the compile where it stopped. `.ci/run` sets it so that a
-//! pathologically slow machine cannot spend the whole CI budget on this one C++ build.
+//! skip (recorded and counted). Under `CI=true` it fails instead, naming the server, and so do the
+//! real-server tests: a CI run cannot pass without them. A later run resumes the compile where it
+//! stopped. `.ci/run` sets it so that a pathologically slow machine cannot spend the whole CI
+//! budget on this one C++ build.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -83,7 +85,7 @@ pub fn cache_root() -> PathBuf {
 
 /// Builds (or finds) the server and the model; prints their paths as `KEY=path` lines. When
 /// the build deadline passes first, prints a loud notice instead of the server's path and
-/// still succeeds (the real-server tests then skip).
+/// still succeeds (the real-server tests then skip), except under `CI=true`, where it fails.
 pub fn llama_server(cache: Option<PathBuf>, force: bool) -> Result<()> {
     let root = cache.unwrap_or_else(cache_root).join("llama");
     fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
@@ -92,10 +94,16 @@ pub fn llama_server(cache: Option<PathBuf>, force: bool) -> Result<()> {
     let model = ensure_model(&root, force)?;
     match server {
         Some(server) => println!("INFEMBED_LLAMA_SERVER={}", server.display()),
+        // Under CI the real-server tests must not turn into skips: a missing server fails here.
+        None if crate::ci() => bail!(
+            "llama-server was not built before INFEMBED_LLAMA_BUILD_DEADLINE, and CI is set: the \
+             real-server tests cannot run without it (run `cargo xtask llama-server` without the \
+             deadline, or set a later one)"
+        ),
         None => eprintln!(
             "xtask: ************************************************************************\n\
              xtask: NOT BUILT: llama-server did not finish before INFEMBED_LLAMA_BUILD_DEADLINE.\n\
-             xtask: The real-server tests will print SKIPPED. Run `cargo xtask llama-server`\n\
+             xtask: The real-server tests will skip (under CI=true: fail). Run `cargo xtask llama-server`\n\
              xtask: again (without the deadline) to finish the build where it stopped.\n\
              xtask: ************************************************************************"
         ),

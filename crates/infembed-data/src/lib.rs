@@ -46,22 +46,3 @@ pub use read::{
 };
 pub use record::{InfIrRecord, RecordField};
 pub use template::QueryTemplate;
-
-/// The environment variable that overrides where the shared data lives.
-pub const SHARED_DATA_ENV: &str = "INFEMBED_SHARED_DATA";
-
-/// Where the project's shared data should be: `$INFEMBED_SHARED_DATA` when set and non-empty,
-/// else `../shared/data` relative to `repo_root` (the workspace root). The folder may not exist.
-pub fn shared_data_candidate(repo_root: impl AsRef<std::path::Path>) -> std::path::PathBuf {
-    match std::env::var_os(SHARED_DATA_ENV) {
-        Some(v) if !v.is_empty() => std::path::PathBuf::from(v),
-        _ => repo_root.as_ref().join("../shared/data"),
-    }
-}
-
-/// [`shared_data_candidate`] if that folder exists, else `None`, so that callers (tests, examples)
-/// can skip loudly.
-pub fn shared_data_dir(repo_root: impl AsRef<std::path::Path>) -> Option<std::path::PathBuf> {
-    let dir = shared_data_candidate(repo_root);
-    dir.is_dir().then_some(dir)
-}

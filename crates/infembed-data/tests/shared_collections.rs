@@ -1,5 +1,7 @@
 //! The classic collections in the project's shared data (`../shared/data`, or
-//! `$INFEMBED_SHARED_DATA`). Each test skips loudly when the data is absent.
+//! `$INFEMBED_SHARED_DATA`), and the vendored copy of `msmarco-subset` (`data/msmarco-subset`).
+//! A test that needs the shared data skips when it is absent (recorded, counted by
+//! `cargo xtask skips`), and fails under `CI=true`.
 //!
 //! Expected counts come from `shared/data/README.md` (documents, queries, judged queries) and from
 //! counting the qrels files' non-blank lines with standard tools (`wc -l`; Cranfield's last line
@@ -8,18 +10,16 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use infembed_data::{Collection, EvalSet, shared_data_candidate, shared_data_dir};
+use infembed_data::{Collection, EvalSet};
 
-fn shared() -> Option<PathBuf> {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = shared_data_dir(&repo);
-    if dir.is_none() {
-        eprintln!(
-            "SKIPPED: shared data not found at {} (set $INFEMBED_SHARED_DATA or provide ../shared/data next to the repo)",
-            shared_data_candidate(&repo).display()
-        );
-    }
-    dir
+/// The shared data; when absent, `None` after a recorded skip, or a failure under `CI=true`.
+fn shared(test: &str) -> Option<PathBuf> {
+    infembed_testkit::shared_data_dir(test)
+}
+
+/// The vendored copy of `msmarco-subset` (`data/msmarco-subset`, always in the repository).
+fn vendored_msmarco() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/msmarco-subset")
 }
 
 /// Counts non-blank lines of a file, independently of the loaders.
@@ -61,7 +61,9 @@ fn check(set: &EvalSet, docs: usize, queries: usize, judged: usize, judgments: u
 
 #[test]
 fn cacm() {
-    let Some(root) = shared() else { return };
+    let Some(root) = shared("cacm") else {
+        return;
+    };
     let set = Collection::Cacm.load_from_root(&root).unwrap();
     let qrels_lines = nonblank_lines(&root.join("collections/cacm/qrels.cacm.txt"));
     assert_eq!(qrels_lines, 796);
@@ -80,7 +82,9 @@ fn cacm() {
 
 #[test]
 fn cisi() {
-    let Some(root) = shared() else { return };
+    let Some(root) = shared("cisi") else {
+        return;
+    };
     let set = Collection::Cisi.load_from_root(&root).unwrap();
     let qrels_lines = nonblank_lines(&root.join("collections/cisi/CISI.REL"));
     assert_eq!(qrels_lines, 3114);
@@ -100,7 +104,9 @@ fn cisi() {
 
 #[test]
 fn cranfield() {
-    let Some(root) = shared() else { return };
+    let Some(root) = shared("cranfield") else {
+        return;
+    };
     let set = Collection::Cranfield.load_from_root(&root).unwrap();
     let qrels_lines = nonblank_lines(&root.join("collections/cranfield/cranqrel"));
     assert_eq!(qrels_lines, 1837);
@@ -124,7 +130,9 @@ fn cranfield() {
 
 #[test]
 fn vaswani_npl() {
-    let Some(root) = shared() else { return };
+    let Some(root) = shared("vaswani_npl") else {
+        return;
+    };
     let set = Collection::Vaswani.load_from_root(&root).unwrap();
     let qrels_lines = nonblank_lines(&root.join("collections/vaswani/qrels"));
     assert_eq!(qrels_lines, 2083);
@@ -142,9 +150,9 @@ fn vaswani_npl() {
 
 #[test]
 fn msmarco_subset_beir_layout() {
-    let Some(root) = shared() else { return };
-    let set = Collection::MsMarcoSubset.load_from_root(&root).unwrap();
-    let qrels_lines = nonblank_lines(&root.join("collections/msmarco-subset/qrels/test.tsv"));
+    let dir = vendored_msmarco();
+    let set = Collection::MsMarcoSubset.load(&dir).unwrap();
+    let qrels_lines = nonblank_lines(&dir.join("qrels/test.tsv"));
     assert_eq!(qrels_lines, 1744); // header + 1,743 judgments
     check(&set, 1743, 1743, 1743, qrels_lines - 1);
     assert_eq!(set.name, "msmarco-subset");
@@ -152,8 +160,27 @@ fn msmarco_subset_beir_layout() {
 }
 
 #[test]
+fn the_vendored_msmarco_subset_is_the_shared_one() {
+    let Some(root) = shared("the_vendored_msmarco_subset_is_the_shared_one") else {
+        return;
+    };
+    let shared_dir = root.join("collections/msmarco-subset");
+    for file in ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"] {
+        let a = std::fs::read(vendored_msmarco().join(file)).unwrap();
+        let b = std::fs::read(shared_dir.join(file)).unwrap();
+        assert!(a == b, "data/msmarco-subset/{file} differs from the shared copy");
+    }
+    assert_eq!(
+        Collection::MsMarcoSubset.load(vendored_msmarco()).unwrap(),
+        Collection::MsMarcoSubset.load_from_root(&root).unwrap()
+    );
+}
+
+#[test]
 fn loading_all_collections_is_fast() {
-    let Some(root) = shared() else { return };
+    let Some(root) = shared("loading_all_collections_is_fast") else {
+        return;
+    };
     let start = std::time::Instant::now();
     let mut docs = 0;
     for c in Collection::ALL {

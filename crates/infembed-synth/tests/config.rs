@@ -241,16 +241,8 @@ fn prompts_dir_overrides_and_bad_templates_are_errors() {
 }
 
 #[test]
-fn beir_input_from_shared_data() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let Some(data) = infembed_data::shared_data_dir(&root) else {
-        eprintln!(
-            "SKIPPED: shared data not found at {} (set INFEMBED_SHARED_DATA)",
-            infembed_data::shared_data_candidate(&root).display()
-        );
-        return;
-    };
-    let dir = data.join("collections/msmarco-subset");
+fn beir_input_from_the_vendored_msmarco_subset() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/msmarco-subset");
     let input = infembed_synth::input::load_beir_pairs(&dir, "test").unwrap();
     assert_eq!(input.pairs.len(), 1743);
     assert_eq!(input.pool.len(), 1743);

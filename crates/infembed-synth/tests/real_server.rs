@@ -201,9 +201,10 @@ fn requests(r: &SynthReport) -> u64 {
 #[test]
 fn twenty_msmarco_pairs_survive_sigkill_and_read_back() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let (Some((server_bin, model)), Some(beir)) = (llama_paths(), msmarco(&root)) else {
+    let Some((server_bin, model)) = llama_paths("twenty_msmarco_pairs_survive_sigkill_and_read_back") else {
         return;
     };
+    let beir = msmarco(&root);
     let dir = tempfile::tempdir().unwrap();
     let server = LlamaServer::start(&server_bin, &model, dir.path());
 

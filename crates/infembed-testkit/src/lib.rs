@@ -187,6 +187,17 @@ pub fn minilm_dir(test: &str) -> Option<PathBuf> {
     .map(|_| dir)
 }
 
+/// A model directory given by path (an example's argument), or skip-or-fail when it does not
+/// exist.
+pub fn require_model(test: &str, dir: &Path) -> Option<PathBuf> {
+    require(
+        test,
+        dir.to_path_buf(),
+        "the model directory",
+        "run `cargo xtask fetch-model` for all-MiniLM-L6-v2, or pass an existing model directory",
+    )
+}
+
 /// The cache `cargo xtask llama-server` fills: `$INFEMBED_CACHE_DIR`, else
 /// `$XDG_CACHE_HOME/infembed`, else `~/.cache/infembed` (the rule of `xtask/src/llama.rs`).
 pub fn cache_root() -> PathBuf {

@@ -65,8 +65,8 @@ struct QuickstartArgs {
     /// The training config of the quickstart.
     #[arg(long, default_value = "examples/configs/quickstart.toml")]
     config: PathBuf,
-    /// Where the shared data (msmarco-subset) lives (default: $INFEMBED_SHARED_DATA, else
-    /// ../shared/data).
+    /// A shared-data root whose collections/msmarco-subset replaces the vendored
+    /// data/msmarco-subset (default: $INFEMBED_SHARED_DATA when set, else data/msmarco-subset).
     #[arg(long)]
     shared_data: Option<PathBuf>,
     /// Print the report as one JSON object on stdout.
@@ -261,7 +261,8 @@ fn train(args: &TrainArgs) -> Result<()> {
 }
 
 fn quickstart(args: &QuickstartArgs) -> Result<()> {
-    let report = infembed::quickstart::run(&args.config, args.shared_data.as_deref())?;
+    let shared_data = args.shared_data.clone().or_else(shared_data_from_env);
+    let report = infembed::quickstart::run(&args.config, shared_data.as_deref())?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(());
@@ -279,6 +280,13 @@ fn quickstart(args: &QuickstartArgs) -> Result<()> {
     }
     println!("training plot: {}", report.plot.display());
     Ok(())
+}
+
+/// `$INFEMBED_SHARED_DATA` when set and non-empty: where the project's shared data lives.
+fn shared_data_from_env() -> Option<PathBuf> {
+    std::env::var_os("INFEMBED_SHARED_DATA")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 fn load_encoder(model: &Path, encoder_config: Option<&Path>) -> Result<DualEncoder> {
@@ -449,9 +457,11 @@ fn eval(args: &EvalArgs) -> Result<()> {
         })?;
         let root = match &args.shared_data {
             Some(dir) => dir.clone(),
-            None => data::shared_data_dir(".").context(
-                "shared data not found: pass --shared-data DIR or set INFEMBED_SHARED_DATA",
-            )?,
+            None => Some(shared_data_from_env().unwrap_or_else(|| "../shared/data".into()))
+                .filter(|d| d.is_dir())
+                .context(
+                    "shared data not found: pass --shared-data DIR or set INFEMBED_SHARED_DATA",
+                )?,
         };
         collection.load_from_root(&root)?
     } else {

@@ -2,15 +2,15 @@
 //! objective on the shipped InF-IR sample, evaluate again, and report before/after.
 //!
 //! The development split is scored at every evaluation of the run (zero-shot first, then
-//! after each epoch) with the held-out FollowIR protocol; `msmarco-subset` from the shared
-//! data (ad hoc retrieval, nDCG@10) is scored before and after, to show that general
-//! retrieval is kept. When the shared data is absent that row is reported as skipped.
+//! after each epoch) with the held-out FollowIR protocol; `msmarco-subset` (ad hoc retrieval,
+//! nDCG@10; vendored in `data/msmarco-subset`) is scored before and after, to show that general
+//! retrieval is kept. When it cannot be read that row is reported as skipped.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::tensor::Device;
-use infembed_data::{Collection, shared_data_dir};
+use infembed_data::Collection;
 use infembed_encoder::DualEncoder;
 use infembed_train::{ProgressMode, TrainConfig, Trainer};
 use serde::Serialize;
@@ -80,9 +80,14 @@ fn metric(entry: Option<&infembed_train::HistoryEntry>, name: &str) -> Option<f6
     entry.and_then(|e| e.metrics.iter().find(|(k, _)| k == name).map(|(_, v)| *v))
 }
 
+/// Where the quickstart reads `msmarco-subset` by default: the repository's vendored copy,
+/// relative to the working directory (as the config's data paths are).
+pub const MSMARCO_SUBSET_DIR: &str = "data/msmarco-subset";
+
 /// Runs the quickstart for the training config at `config_path` (which must name a
-/// development split). `shared_data` overrides where `msmarco-subset` is looked for
-/// (default: `$INFEMBED_SHARED_DATA`, else `../shared/data`).
+/// development split). `shared_data` is a shared-data root (the folder holding
+/// `collections/msmarco-subset`) that overrides where `msmarco-subset` is read; by default it
+/// is [`MSMARCO_SUBSET_DIR`] (the same files).
 ///
 /// # Errors
 /// Config, data, model and evaluation errors, each naming its file.
@@ -100,22 +105,15 @@ pub fn run(config_path: &Path, shared_data: Option<&Path>) -> Result<QuickstartR
     let evaluator = FollowIrDevEvaluator::from_files(&dev, config.data.distractors.as_deref())?;
     let device = Device::default();
 
-    let root = match shared_data {
-        Some(p) => Some(p.to_path_buf()),
-        None => shared_data_dir("."),
+    let msmarco_dir = match shared_data {
+        Some(root) => root
+            .join("collections")
+            .join(Collection::MsMarcoSubset.folder()),
+        None => PathBuf::from(MSMARCO_SUBSET_DIR),
     };
-    let msmarco = match &root {
-        Some(r) => match Collection::MsMarcoSubset.load_from_root(r) {
-            Ok(set) => Ok(set),
-            Err(e) => Err(format!(
-                "msmarco-subset not readable under {}: {e}",
-                r.display()
-            )),
-        },
-        None => Err(
-            "shared data not found (set INFEMBED_SHARED_DATA or pass --shared-data)".to_string(),
-        ),
-    };
+    let msmarco = Collection::MsMarcoSubset
+        .load(&msmarco_dir)
+        .map_err(|e| format!("msmarco-subset not readable in {}: {e}", msmarco_dir.display()));
     if let Err(why) = &msmarco {
         eprintln!("SKIPPED: msmarco-subset evaluation: {why}");
     }

@@ -177,8 +177,11 @@ fn assert_same_weights(reference: &[u8], other: &[u8], what: &str) {
 fn the_dashboard_on_a_terminal_trains_the_same_weights_as_plain_lines() {
     // util-linux `script` runs the binary on a pseudo-terminal: stdout and stderr are
     // terminals there, so `--progress dashboard` draws burn-train's dashboard.
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: the dashboard test needs util-linux `script` for a pseudo-terminal");
+    if !infembed_testkit::require_program(
+        "the_dashboard_on_a_terminal_trains_the_same_weights_as_plain_lines",
+        "script",
+        "util-linux (`script` runs the binary on a pseudo-terminal)",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

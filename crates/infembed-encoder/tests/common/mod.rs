@@ -17,21 +17,10 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The all-MiniLM-L6-v2 directory, or `None` (after a loud SKIPPED line) when absent.
+/// The all-MiniLM-L6-v2 directory; when absent, `None` after a recorded skip, or a failure
+/// under `CI=true` (`infembed_testkit::minilm_dir`).
 pub fn minilm_dir(test: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("INFEMBED_MINILM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("models/all-MiniLM-L6-v2"));
-    if dir.join("model.safetensors").exists() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "SKIPPED: {test}: all-MiniLM-L6-v2 not found at {} (run `cargo xtask fetch-model` \
-             or set INFEMBED_MINILM_DIR)",
-            dir.display()
-        );
-        None
-    }
+    infembed_testkit::minilm_dir(test)
 }
 
 /// The CPU device.

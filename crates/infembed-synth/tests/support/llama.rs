@@ -1,6 +1,8 @@
 //! Test support for the real local server: where `cargo xtask llama-server` put llama.cpp's
-//! `llama-server` and the SmolLM2-135M-Instruct GGUF, and a server process on a free loopback
-//! port, killed when dropped. Standard library only, so other crates' tests can include it.
+//! `llama-server` and the SmolLM2-135M-Instruct GGUF (found by `infembed-testkit`, which skips
+//! or, under `CI=true`, fails when they are absent), and a server process on a free loopback
+//! port, killed when dropped. Other crates' tests include it (with `infembed-testkit` as a
+//! dev-dependency).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -8,55 +10,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The cache `cargo xtask llama-server` fills (same rule as `xtask/src/llama.rs`).
-pub fn cache_root() -> PathBuf {
-    if let Some(d) = std::env::var_os("INFEMBED_CACHE_DIR").filter(|v| !v.is_empty()) {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
-        return PathBuf::from(d).join("infembed");
-    }
-    PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| ".".into())).join(".cache/infembed")
+/// The server binary and the model; when absent, `None` after a recorded skip, or a failure
+/// under `CI=true` (`infembed_testkit::llama_paths`).
+pub fn llama_paths(test: &str) -> Option<(PathBuf, PathBuf)> {
+    infembed_testkit::llama_paths(test)
 }
 
-/// The server binary and the model, or `None` (with a loud `SKIPPED:` line) when absent.
-/// `INFEMBED_LLAMA_SERVER` / `INFEMBED_LLAMA_MODEL` override the cache paths.
-pub fn llama_paths() -> Option<(PathBuf, PathBuf)> {
-    let from_env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    let server = from_env("INFEMBED_LLAMA_SERVER")
-        .unwrap_or_else(|| cache_root().join("llama/bin/llama-server"));
-    let model = from_env("INFEMBED_LLAMA_MODEL")
-        .unwrap_or_else(|| cache_root().join("llama/models/SmolLM2-135M-Instruct.Q4_1.gguf"));
-    for p in [&server, &model] {
-        if !p.is_file() {
-            eprintln!(
-                "SKIPPED: {} not found (run `cargo xtask llama-server`, or set \
-                 INFEMBED_LLAMA_SERVER / INFEMBED_LLAMA_MODEL)",
-                p.display()
-            );
-            return None;
-        }
-    }
-    Some((server, model))
-}
-
-/// `collections/msmarco-subset` of the shared data, or `None` with a loud `SKIPPED:` line.
-/// `repo_root` is the workspace root.
-pub fn msmarco(repo_root: &Path) -> Option<PathBuf> {
-    match infembed_data::shared_data_dir(repo_root) {
-        Some(d) => Some(d.join("collections/msmarco-subset")),
-        None => {
-            eprintln!(
-                "SKIPPED: shared data not found at {} (set INFEMBED_SHARED_DATA)",
-                infembed_data::shared_data_candidate(repo_root).display()
-            );
-            None
-        }
-    }
+/// The vendored `data/msmarco-subset` (BEIR layout); `repo_root` is the workspace root.
+pub fn msmarco(repo_root: &Path) -> PathBuf {
+    repo_root.join("data/msmarco-subset")
 }
 
 /// A running `llama-server` (`-t 1 -np 1 -c 4096`), killed when dropped.
