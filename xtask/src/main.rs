@@ -236,7 +236,10 @@ fn prebuild_llama_server() -> Option<(std::process::Child, PathBuf)> {
     let exe = std::env::current_exe().ok()?;
     let log = std::env::temp_dir().join(format!("xtask-llama-{}.log", std::process::id()));
     let file = fs::File::create(&log).ok()?;
-    eprintln!("xtask: prebuilding llama-server in the background (log: {})", log.display());
+    eprintln!(
+        "xtask: prebuilding llama-server in the background (log: {})",
+        log.display()
+    );
     let child = Command::new("nice")
         .args(["-n", "19"])
         .arg(exe)
@@ -539,7 +542,11 @@ mod tests {
         let summary = skip_summary(&skips);
         assert!(summary.contains("  skipped a: the model x\n"), "{summary}");
         assert!(
-            summary.lines().last().unwrap().starts_with("2 tests skipped: a, b "),
+            summary
+                .lines()
+                .last()
+                .unwrap()
+                .starts_with("2 tests skipped: a, b "),
             "{summary}"
         );
         clear_skips(&log).unwrap();

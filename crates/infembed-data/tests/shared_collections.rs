@@ -168,7 +168,10 @@ fn the_vendored_msmarco_subset_is_the_shared_one() {
     for file in ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"] {
         let a = std::fs::read(vendored_msmarco().join(file)).unwrap();
         let b = std::fs::read(shared_dir.join(file)).unwrap();
-        assert!(a == b, "data/msmarco-subset/{file} differs from the shared copy");
+        assert!(
+            a == b,
+            "data/msmarco-subset/{file} differs from the shared copy"
+        );
     }
     assert_eq!(
         Collection::MsMarcoSubset.load(vendored_msmarco()).unwrap(),

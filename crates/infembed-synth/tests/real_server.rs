@@ -201,7 +201,9 @@ fn requests(r: &SynthReport) -> u64 {
 #[test]
 fn twenty_msmarco_pairs_survive_sigkill_and_read_back() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let Some((server_bin, model)) = llama_paths("twenty_msmarco_pairs_survive_sigkill_and_read_back") else {
+    let Some((server_bin, model)) =
+        llama_paths("twenty_msmarco_pairs_survive_sigkill_and_read_back")
+    else {
         return;
     };
     let beir = msmarco(&root);

@@ -38,8 +38,8 @@ fn a_missing_model_fails_under_ci_and_skips_with_a_record_otherwise() {
     let missing = tmp.join("no-model-here");
 
     let out = run_child("true", &log, &missing);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "CI=true must fail: {text}");
     assert!(text.contains("MISSING RESOURCE: testkit_child"), "{text}");
     assert!(text.contains("all-MiniLM-L6-v2"), "{text}");
@@ -51,8 +51,8 @@ fn a_missing_model_fails_under_ci_and_skips_with_a_record_otherwise() {
     assert!(!log.exists(), "a failure is not recorded as a skip");
 
     let out = run_child("false", &log, &missing);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "without CI the test skips: {text}");
     assert!(text.contains("SKIPPED: testkit_child"), "{text}");
     let record = std::fs::read_to_string(&log).unwrap();

@@ -111,9 +111,12 @@ pub fn run(config_path: &Path, shared_data: Option<&Path>) -> Result<QuickstartR
             .join(Collection::MsMarcoSubset.folder()),
         None => PathBuf::from(MSMARCO_SUBSET_DIR),
     };
-    let msmarco = Collection::MsMarcoSubset
-        .load(&msmarco_dir)
-        .map_err(|e| format!("msmarco-subset not readable in {}: {e}", msmarco_dir.display()));
+    let msmarco = Collection::MsMarcoSubset.load(&msmarco_dir).map_err(|e| {
+        format!(
+            "msmarco-subset not readable in {}: {e}",
+            msmarco_dir.display()
+        )
+    });
     if let Err(why) = &msmarco {
         eprintln!("SKIPPED: msmarco-subset evaluation: {why}");
     }
