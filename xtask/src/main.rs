@@ -95,7 +95,10 @@ enum Task {
     Examples,
     /// The README's main job: fetch the model if missing, then `infembed quickstart` in release
     /// mode (zero-shot eval, fine-tune on the shipped train split, eval again, before/after
-    /// table and a plot under runs/quickstart/).
+    /// table and a plot under runs/quickstart/). The binary is built without its optional
+    /// features (dashboard, synthesis client, Parquet, burn-train's Learner), which the
+    /// quickstart does not use: a fresh clone compiles less. `cargo build --release` gives the
+    /// full binary.
     Quickstart {
         /// The training config.
         #[arg(long, default_value = "examples/configs/quickstart.toml")]
@@ -141,6 +144,7 @@ fn main() -> Result<()> {
                     "infembed",
                     "--bin",
                     "infembed",
+                    "--no-default-features",
                     "--",
                     "quickstart",
                     "--config",

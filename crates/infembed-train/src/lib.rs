@@ -21,12 +21,14 @@
 //!    ([`checkpoint`]), and the end of the run saves a sentence-transformers directory, the
 //!    history and an SVG chart ([`plot`]).
 //!
-//! [`learner`] plugs the same step into burn-train's `Learner` (`TrainStep`/`InferenceStep`).
+//! `learner` (cargo feature `learner`, on by default) plugs the same step into burn-train's
+//! `Learner` (`TrainStep`/`InferenceStep`); without it burn-train is not compiled.
 
 pub mod batch;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+#[cfg(feature = "learner")]
 pub mod learner;
 pub mod optim;
 pub mod plot;
@@ -40,6 +42,7 @@ pub use config::{
     BatchConfig, CheckpointConfig, DataConfig, EvalSchedule, OptimizerConfig, Schedule, TrainConfig,
 };
 pub use error::{DashboardProblem, Error, Result};
+#[cfg(feature = "learner")]
 pub use learner::{InfEmbedLearnerModel, StepContext};
 pub use progress::ProgressMode;
 pub use trainer::{DevEvaluator, TrainSummary, Trainer, steps_per_epoch};

@@ -43,6 +43,8 @@ impl std::str::FromStr for ProgressMode {
 
 /// The run as a whole, told once when training starts.
 #[derive(Debug, Clone)]
+// Some fields are read by the dashboard only (feature `tui`).
+#[cfg_attr(not(feature = "tui"), allow(dead_code))]
 pub(crate) struct RunInfo {
     pub epochs: usize,
     pub start_epoch: usize,
@@ -52,6 +54,8 @@ pub(crate) struct RunInfo {
 
 /// One optimizer step, told after it.
 #[derive(Debug, Clone)]
+// Some fields are read by the dashboard only (feature `tui`).
+#[cfg_attr(not(feature = "tui"), allow(dead_code))]
 pub(crate) struct StepInfo {
     /// Optimizer steps done, this one included.
     pub done: usize,

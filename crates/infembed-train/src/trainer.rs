@@ -4,8 +4,8 @@
 //! (3 rows each); each batch's loss is computed over its own rows only (in-batch negatives
 //! never cross batches or devices), its gradient weighted by `1 / accumulation`, the sum
 //! clipped to `optimizer.max_grad_norm` (global L2 norm) and applied by AdamW at the
-//! scheduled learning rate. The trainable model implements burn-train's
-//! [`TrainStep`](burn::train::TrainStep) (see [`crate::learner`]); this loop keeps the
+//! scheduled learning rate. With the `learner` feature the same step also runs under
+//! burn-train's `Learner` (`TrainStep`, see the `learner` module); this loop keeps the
 //! optimizer itself so that a checkpoint holds its state together with the data position.
 
 use std::path::PathBuf;

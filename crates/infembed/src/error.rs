@@ -171,6 +171,17 @@ pub enum Error {
         /// The model's dimension.
         model_dim: usize,
     },
+    /// A command or input needs a cargo feature this build was compiled without.
+    #[error(
+        "{what} needs the `{feature}` cargo feature, which this build was compiled without \
+         (on by default: `cargo build --release -p infembed` builds it)"
+    )]
+    FeatureNotBuilt {
+        /// What was asked for (e.g. "`infembed synth`").
+        what: &'static str,
+        /// The `infembed` crate's cargo feature that provides it.
+        feature: &'static str,
+    },
 }
 
 /// The facade's result type.

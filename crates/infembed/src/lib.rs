@@ -14,7 +14,8 @@
 //!   retrieval tests;
 //! - [`mod@train`]: fine-tuning with the InF-Embed objectives ([`training::train`] runs a config
 //!   file with the development split evaluated by [`FollowIrDevEvaluator`]);
-//! - [`synth`]: the InF-IR synthesis pipeline against any OpenAI-compatible server;
+//! - `synth` (cargo feature `synth`, on by default): the InF-IR synthesis pipeline against any
+//!   OpenAI-compatible server;
 //! - [`lexical`]: a BM25 baseline; [`EncoderRetriever`]: dense retrieval with an encoder.
 //! - [`embed`] and [`index`]: embed a JSONL corpus into an [`EmbeddingIndex`] (saved as
 //!   safetensors or `.npy`) and [`search`] it with an instruction and a query.
@@ -37,6 +38,7 @@ pub use infembed_data as data;
 pub use infembed_encoder as encoder;
 pub use infembed_losses as losses;
 pub use infembed_metrics as metrics;
+#[cfg(feature = "synth")]
 pub use infembed_synth as synth;
 pub use infembed_train as train;
 

@@ -553,6 +553,17 @@ fn trec_eval(args: &TrecEvalArgs) -> Result<()> {
     Ok(())
 }
 
+#[cfg(not(feature = "synth"))]
+fn synth(args: &SynthArgs) -> Result<()> {
+    let _ = &args.config;
+    Err(infembed::Error::FeatureNotBuilt {
+        what: "`infembed synth`",
+        feature: "synth",
+    }
+    .into())
+}
+
+#[cfg(feature = "synth")]
 fn synth(args: &SynthArgs) -> Result<()> {
     let config = infembed_synth::SynthConfig::from_file(&args.config)?;
     let mut progress = infembed_synth::StderrProgress::default();
