@@ -36,7 +36,7 @@ fn main() -> Result<()> {
         let config = EncoderConfig::default();
         Box::new(EncoderRetriever::from_dir(
             &model,
-            config,
+            Some(config),
             &Device::default(),
         )?)
     };
