@@ -34,6 +34,10 @@ pub fn load_encoder(
     match config {
         Some(config) => Ok(DualEncoder::from_dir(dir, config, device)?),
         None if dir.join(ENCODER_CONFIG_FILE).is_file() => {
+            log::debug!(
+                "{}: loading with its own {ENCODER_CONFIG_FILE}",
+                dir.display()
+            );
             Ok(DualEncoder::load_saved(dir, device)?)
         }
         None => Ok(DualEncoder::from_dir(
