@@ -34,7 +34,7 @@ fn main() -> Result<()> {
         let config = EncoderConfig::default();
         Box::new(EncoderRetriever::from_dir(
             &model,
-            config,
+            Some(config),
             &Device::default(),
         )?)
     };

@@ -15,6 +15,8 @@
 //!   ([`load::trec`], [`load::smart`]), the classic collections of the shared data
 //!   ([`load::classic`]), and the held-out instruction-following test built from any InF-IR file
 //!   ([`heldout`]).
+//! - [`json_str`], [`json_nonempty_str`], [`json_opt_str`], [`json_id`]: the one typed reader of JSON fields, whose
+//!   errors name file, line and field; [`write_atomic`]: the one atomic, durable file write.
 //! - [`QueryTemplate`]: how an (instruction, query) pair becomes one string (default `"{Q} {I}"`).
 //!
 //! Relevance judgments are plain maps ([`Qrels`]: query id -> document id -> grade, `> 0`
@@ -22,6 +24,7 @@
 //!
 //! Errors: one [`Error`] enum; inputs never cause panics.
 
+mod atomic;
 pub mod error;
 pub mod eval;
 pub mod flatten;
@@ -31,6 +34,7 @@ pub mod read;
 pub mod record;
 pub mod template;
 
+pub use atomic::{sync_dir, write_atomic, write_synced};
 pub use error::{Error, Location, Problem, Result};
 pub use eval::{
     Document, EvalSet, FollowIrQuery, FollowIrSet, Qrels, Query, TopRanked, changed_docs,
@@ -40,6 +44,7 @@ pub use heldout::{Distractor, build_heldout, read_distractors};
 pub use load::beir::load_beir;
 pub use load::classic::Collection;
 pub use load::followir::load_followir;
+pub use load::{json_id, json_nonempty_str, json_opt_str, json_str};
 pub use read::{
     JsonObjects, JsonlRecords, ReadMode, RecordSet, Skipped, read_jsonl, read_jsonl_from,
     read_parquet, read_records,

@@ -75,7 +75,8 @@ pub enum Error {
         source: serde_json::Error,
     },
 
-    /// A line of an input pairs JSONL file lacks a field or holds a wrong or blank value.
+    /// A line of an input pairs JSONL file is not a JSON object (a missing, blank or mistyped
+    /// field is an [`Error::Data`] naming file, line and field).
     #[error("{path}: line {line}: field `{field}` {problem}")]
     InputField {
         /// The file.

@@ -153,28 +153,14 @@ pub fn load_jsonl_pairs(path: &Path) -> Result<Input> {
     let mut seen_text = HashSet::new();
     for item in infembed_data::JsonObjects::open(path).map_err(line_err)? {
         let (line_no, obj) = item.map_err(line_err)?;
-        let field_err = |field: &'static str, problem: &'static str| Error::InputField {
-            path: path.to_path_buf(),
-            line: line_no,
-            field,
-            problem,
+        // The data crate's typed field readers; an absent or null id defaults to `line{N}`.
+        let text = |field: &str| -> Result<String> {
+            Ok(infembed_data::json_nonempty_str(&obj, field, path, line_no)?.to_string())
         };
-        let text = |field: &'static str| -> Result<String> {
-            match obj.get(field) {
-                None => Err(field_err(field, "is missing")),
-                Some(Value::String(s)) if s.trim().is_empty() => {
-                    Err(field_err(field, "is empty or whitespace-only"))
-                }
-                Some(Value::String(s)) => Ok(s.clone()),
-                Some(_) => Err(field_err(field, "is not a string")),
-            }
-        };
-        let id = |field: &'static str| -> Result<String> {
+        let id = |field: &str| -> Result<String> {
             match obj.get(field) {
                 None | Some(Value::Null) => Ok(format!("line{line_no}")),
-                Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
-                Some(Value::Number(n)) if n.is_u64() || n.is_i64() => Ok(n.to_string()),
-                Some(_) => Err(field_err(field, "is not a non-blank string or an integer")),
+                Some(_) => Ok(infembed_data::json_id(&obj, field, path, line_no)?),
             }
         };
         let pair = Pair {

@@ -11,8 +11,7 @@
 //! All randomness of a run is a function of `(seed, epoch)` and `(seed, step)` (see
 //! [`crate::batch`]), so `(seed, step, epoch, batch position)` is the whole generator state.
 
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -58,28 +57,18 @@ pub fn checkpoints_dir(output_dir: &Path) -> PathBuf {
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = File::create(path).map_err(|e| Error::io(path, e))?;
-    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
-    f.sync_all().map_err(|e| Error::io(path, e))
+    infembed_data::write_synced(path, bytes).map_err(|e| Error::io(path, e))
 }
 
 fn sync_dir(path: &Path) -> Result<()> {
-    // Directories can be opened and synced on Unix; elsewhere this is best effort.
-    if let Ok(d) = File::open(path) {
-        let _ = d.sync_all();
-    }
+    infembed_data::sync_dir(path);
     Ok(())
 }
 
-/// Writes `bytes` to `path` atomically (temporary file in the same folder, then rename).
+/// Writes `bytes` to `path` atomically and durably ([`infembed_data::write_atomic`]: a synced
+/// temporary file in the same folder, renamed, then the folder synced).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    write_synced(&tmp, bytes)?;
-    fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
-    if let Some(parent) = path.parent() {
-        sync_dir(parent)?;
-    }
-    Ok(())
+    infembed_data::write_atomic(path, bytes).map_err(|e| Error::io(path, e))
 }
 
 /// Saves a checkpoint atomically and keeps only the newest `keep` step checkpoints.

@@ -4,17 +4,15 @@
 
 use std::path::Path;
 
-use infembed_data::{
-    EvalSet, FollowIrSet, ReadMode, build_heldout, read_distractors, read_records,
-};
+use infembed_data::{EvalSet, FollowIrSet};
 use infembed_encoder::DualEncoder;
+use infembed_eval::{
+    EncoderRetriever, EvalConfig, FollowIrReport, RetrievalReport, evaluate_followir,
+    evaluate_retrieval, load_heldout,
+};
 use infembed_train::{DevEvaluator, ProgressMode, TrainConfig, TrainSummary, Trainer};
 
-use crate::dense::EncoderRetriever;
 use crate::error::Result;
-use crate::evaluate::{
-    EvalConfig, FollowIrReport, RetrievalReport, evaluate_followir, evaluate_retrieval,
-};
 
 /// Evaluates an encoder on the held-out instruction-following test built from an InF-IR file
 /// (exactly as `infembed eval --data FILE --distractors FILE` does).
@@ -25,21 +23,14 @@ pub struct FollowIrDevEvaluator {
 }
 
 impl FollowIrDevEvaluator {
-    /// Builds the test from `dev` (InF-IR JSONL or Parquet) and optional distractors.
+    /// Builds the test from `dev` (InF-IR JSONL or Parquet) and optional distractors
+    /// ([`load_heldout`]).
     ///
     /// # Errors
     /// Unreadable or malformed files (named), an empty file.
     pub fn from_files(dev: &Path, distractors: Option<&Path>) -> Result<Self> {
-        let records = read_records(dev, ReadMode::Strict)?.records;
-        let distractors = match distractors {
-            Some(p) => read_distractors(p)?,
-            None => Vec::new(),
-        };
-        let name = dev
-            .file_stem()
-            .map_or("dev".into(), |s| s.to_string_lossy().into_owned());
         Ok(Self {
-            set: build_heldout(&name, &records, &distractors)?,
+            set: load_heldout(dev, distractors)?,
             config: EvalConfig::default(),
         })
     }

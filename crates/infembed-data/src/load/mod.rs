@@ -89,8 +89,11 @@ pub(crate) fn format_error(path: &Path, line: usize, problem: impl Into<String>)
     }
 }
 
-/// A string field (may be empty).
-pub(crate) fn json_str<'a>(
+/// The string field `field` of a JSON object read from line `line` of `path` (may be empty).
+///
+/// # Errors
+/// [`Error::Record`] naming file, line and field when it is missing, null or not a string.
+pub fn json_str<'a>(
     object: &'a Map<String, Value>,
     field: &str,
     path: &Path,
@@ -112,8 +115,12 @@ pub(crate) fn json_str<'a>(
     }
 }
 
-/// A string field that must not be blank.
-pub(crate) fn json_nonempty_str<'a>(
+/// A string field that must not be blank (see [`json_str`]).
+///
+/// # Errors
+/// [`Error::Record`] naming file, line and field when it is missing, null, not a string, empty
+/// or whitespace-only.
+pub fn json_nonempty_str<'a>(
     object: &'a Map<String, Value>,
     field: &str,
     path: &Path,
@@ -127,8 +134,11 @@ pub(crate) fn json_nonempty_str<'a>(
     }
 }
 
-/// An optional string field: absent or null give `None`.
-pub(crate) fn json_opt_str<'a>(
+/// An optional string field (see [`json_str`]): absent or null give `None`.
+///
+/// # Errors
+/// [`Error::Record`] naming file, line and field when it is present but not a string.
+pub fn json_opt_str<'a>(
     object: &'a Map<String, Value>,
     field: &str,
     path: &Path,
@@ -140,9 +150,13 @@ pub(crate) fn json_opt_str<'a>(
     }
 }
 
-/// An id field: a non-blank string, or an integer (ids such as MS MARCO's are sometimes stored as
-/// numbers), returned as a string.
-pub(crate) fn json_id(
+/// An id field (see [`json_str`]): a non-blank string, or an integer (ids such as MS MARCO's are
+/// sometimes stored as numbers), returned as a string.
+///
+/// # Errors
+/// [`Error::Record`] naming file, line and field when it is missing, null, blank or of another
+/// type.
+pub fn json_id(
     object: &Map<String, Value>,
     field: &str,
     path: &Path,

@@ -7,6 +7,7 @@ use burn::tensor::{Device, Tensor};
 use infembed_encoder::{DualEncoder, EncoderConfig, tensor_rows};
 
 use crate::error::{Error, Result};
+use crate::load::{load_encoder, model_name};
 use crate::retrieve::{QueryRequest, Retriever};
 
 /// A [`Retriever`] over a dual encoder. The corpus embeddings stay on the encoder's device;
@@ -36,17 +37,15 @@ impl EncoderRetriever {
     }
 
     /// Loads a model directory (a Hugging Face / sentence-transformers checkpoint, or one saved by
-    /// infembed) onto `device`. The report name is the directory's last component.
+    /// infembed) onto `device` with [`load_encoder`]: with `config` as given, or, with `None`, the
+    /// directory's own config when it carries one. The report name is [`model_name`].
     ///
     /// # Errors
-    /// The encoder's: a missing file (named), a bad config, unsupported architecture.
-    pub fn from_dir(dir: &Path, config: EncoderConfig, device: &Device) -> Result<Self> {
-        let encoder = DualEncoder::from_dir(dir, config, device)?;
-        let name = dir.file_name().map_or_else(
-            || dir.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
-        Ok(Self::new(encoder, name))
+    /// As [`load_encoder`]: a missing directory or file (named), a bad config, an unsupported
+    /// architecture.
+    pub fn from_dir(dir: &Path, config: Option<EncoderConfig>, device: &Device) -> Result<Self> {
+        let encoder = load_encoder(dir, config, device)?;
+        Ok(Self::new(encoder, model_name(dir)))
     }
 
     /// The wrapped encoder.

@@ -1,24 +1,7 @@
 //! [`EmbeddingIndex`]: a corpus's embeddings with their document ids, saved and loaded as
 //! safetensors or NumPy `.npy`, and exact top-k search by dot product.
 //!
-//! # File formats (chosen by the extension, see [`IndexFormat`])
-//! - **`.safetensors`**: one tensor `"embeddings"`, dtype `F32`, shape `[N, d]`, row `i` the
-//!   embedding of document `ids[i]`. The safetensors metadata (`__metadata__`, string to string)
-//!   holds `"ids"` (a JSON array of the `N` ids, as a string), `"model"` (the model directory the
-//!   embeddings came from) and `"format"` = `"infembed-index/1"`. Loads back completely.
-//! - **`.npy`**: NumPy format 1.0, dtype `<f4` (little-endian `f32`), C order, shape `(N, d)`,
-//!   header padded to a multiple of 64 bytes, readable with `numpy.load`. The ids go to a side file
-//!   next to it, [`ids_path`] (`out.npy` -> `out.ids.txt`), one id per line in row order; ids
-//!   containing a line break are rejected. `.npy` keeps no model name: loading one gives an empty
-//!   [`EmbeddingIndex::model`].
-//!
-//! Files are written atomically: to a temporary file beside the target, then renamed.
-//!
-//! # Search
-//! [`EmbeddingIndex::top_k`] scores every row by its dot product with the query (cosine
-//! similarity, since infembed's embeddings are L2-normalized) and ranks by score descending, ties
-//! by document id **descending** (byte order), the evaluation harness's rule
-//! ([`TieBreak::DocIdDescending`], as in mteb), so that a search and an evaluation run agree.
+//! The file formats and the search rule are documented at [`EmbeddingIndex`].
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -27,6 +10,7 @@ use infembed_metrics::TieBreak;
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 
 use crate::error::{Error, Result};
+use crate::topk::top_k;
 
 /// The name of the embeddings tensor in a safetensors index.
 pub const EMBEDDINGS_TENSOR: &str = "embeddings";
@@ -83,6 +67,26 @@ pub struct SearchHit {
 }
 
 /// Embeddings of `N` documents: an `[N, d]` row-major `f32` matrix and one id per row.
+///
+/// # File formats (chosen by the extension, see [`IndexFormat`])
+/// - **`.safetensors`**: one tensor `"embeddings"`, dtype `F32`, shape `[N, d]`, row `i` the
+///   embedding of document `ids[i]`. The safetensors metadata (`__metadata__`, string to string)
+///   holds `"ids"` (a JSON array of the `N` ids, as a string), `"model"` (the model directory the
+///   embeddings came from) and `"format"` = `"infembed-index/1"`. Loads back completely.
+/// - **`.npy`**: NumPy format 1.0, dtype `<f4` (little-endian `f32`), C order, shape `(N, d)`,
+///   header padded to a multiple of 64 bytes, readable with `numpy.load`. The ids go to a side file
+///   next to it, [`ids_path`] (`out.npy` -> `out.ids.txt`), one id per line in row order; ids
+///   containing a line break are rejected. `.npy` keeps no model name: loading one gives an empty
+///   [`EmbeddingIndex::model`].
+///
+/// Files are written atomically and durably ([`infembed_data::write_atomic`]): to a temporary
+/// file beside the target, synced, then renamed.
+///
+/// # Search
+/// [`EmbeddingIndex::top_k`] scores every row by its dot product with the query (cosine
+/// similarity, since infembed's embeddings are L2-normalized) and ranks by score descending, ties
+/// by document id **descending** (byte order), the evaluation harness's rule
+/// ([`TieBreak::DocIdDescending`], as in mteb), so that a search and an evaluation run agree.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmbeddingIndex {
     /// Document ids, one per row, unique.
@@ -219,25 +223,15 @@ impl EmbeddingIndex {
     /// As [`EmbeddingIndex::scores`].
     pub fn top_k(&self, query: &[f32], k: usize) -> Result<Vec<SearchHit>> {
         let scores = self.scores(query)?;
-        let tie = TieBreak::DocIdDescending;
-        let mut order: Vec<usize> = (0..scores.len()).collect();
-        let cmp = |&a: &usize, &b: &usize| {
-            tie.compare(
-                tie.key(f64::from(scores[a])),
-                &self.ids[a],
-                tie.key(f64::from(scores[b])),
-                &self.ids[b],
-            )
-        };
-        if k < order.len() && k > 0 {
-            order.select_nth_unstable_by(k - 1, cmp);
-        }
-        order.truncate(k);
-        order.sort_by(cmp);
-        Ok(order
+        let entries = scores
+            .iter()
+            .enumerate()
+            .map(|(row, &s)| (row, f64::from(s)))
+            .collect();
+        Ok(top_k(entries, &self.ids, k, TieBreak::DocIdDescending)
             .into_iter()
             .enumerate()
-            .map(|(i, row)| SearchHit {
+            .map(|(i, (row, _))| SearchHit {
                 rank: i + 1,
                 id: self.ids[row].clone(),
                 score: scores[row],
@@ -497,18 +491,10 @@ fn f32s(bytes: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-/// Writes `bytes` to a temporary file beside `path`, then renames it over `path`.
+/// [`infembed_data::write_atomic`], its error naming `path`.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let wrap = |source| Error::Write {
+    infembed_data::write_atomic(path, bytes).map_err(|source| Error::Write {
         path: path.to_path_buf(),
         source,
-    };
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = path.with_file_name(tmp_name);
-    std::fs::write(&tmp, bytes).map_err(wrap)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        wrap(e)
     })
 }

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use infembed::index::ids_path;
-use infembed::{EmbeddingIndex, Error, read_texts};
+use infembed_eval::ids_path;
+use infembed_eval::{EmbeddingIndex, Error, read_texts};
 use proptest::prelude::*;
 
 fn sample_index() -> EmbeddingIndex {

@@ -8,6 +8,7 @@ use infembed_data::QueryTemplate;
 
 use crate::error::{Error, Result};
 use crate::lexical::{Bm25Config, Bm25Index};
+use crate::topk::top_k;
 
 /// One query as a retriever sees it: the bare query and, separately, its instruction. How the two
 /// are combined (one templated string, or encoded apart and combined by cross-attention) is the
@@ -93,8 +94,8 @@ pub enum Depth {
 /// returns a run. With `candidates`, each query is scored only over its listed documents
 /// (re-ranking, as FollowIR does with `top_ranked`); queries without a list get the whole corpus.
 ///
-/// Top-k selection uses `tie` (score descending, ties by document id), so the kept documents are
-/// exactly the first `k` of the full ranking.
+/// Top-k selection is [`top_k`] under `tie` (score descending, ties by document id), so the kept
+/// documents are exactly the first `k` of the full ranking.
 pub fn run_queries(
     retriever: &mut dyn Retriever,
     doc_ids: &[String],
@@ -158,11 +159,7 @@ pub fn run_queries(
             if let Depth::TopK(k) = depth
                 && k < entries.len()
             {
-                let cmp = |a: &(usize, f64), b: &(usize, f64)| {
-                    tie.compare(tie.key(a.1), &doc_ids[a.0], tie.key(b.1), &doc_ids[b.0])
-                };
-                entries.select_nth_unstable_by(k, cmp);
-                entries.truncate(k);
+                entries = top_k(entries, doc_ids, k, tie);
             }
             run.insert_query(qid.clone(), entries.iter().map(|&(i, s)| (&doc_ids[i], s)))?;
         }

@@ -2,19 +2,9 @@
 //!
 //! FollowIR and the InF-IR paper report BM25 next to the neural retrievers: a lexical model reads the
 //! instruction as a bag of extra words, so it shows how far plain term matching gets on an
-//! instruction-following test. It is also what the quickstart runs when no model directory is given.
+//! instruction-following test. It is also what `infembed eval` runs when no model directory is given.
 //!
-//! Scoring is Okapi BM25 with Lucene's non-negative idf:
-//!
-//! ```text
-//! idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
-//! score(q, d) = sum over query tokens t of idf(t) * tf(t, d) * (k1 + 1)
-//!                                        / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
-//! ```
-//!
-//! A query token that occurs twice counts twice (as Lucene's boolean query of term clauses does).
-//! Tokens are maximal runs of alphanumeric characters, lower-cased; there is no stemming and no stop
-//! list. Defaults `k1 = 0.9`, `b = 0.4` are Anserini's/Pyserini's.
+//! The scoring is documented at [`Bm25Index`].
 
 use std::collections::HashMap;
 
@@ -40,7 +30,19 @@ pub fn tokenize(text: &str) -> impl Iterator<Item = String> + '_ {
         .map(str::to_lowercase)
 }
 
-/// An inverted index over a fixed corpus.
+/// An inverted index over a fixed corpus, scored with BM25.
+///
+/// Scoring is Okapi BM25 with Lucene's non-negative idf:
+///
+/// ```text
+/// idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+/// score(q, d) = sum over query tokens t of idf(t) * tf(t, d) * (k1 + 1)
+///                                        / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
+/// ```
+///
+/// A query token that occurs twice counts twice (as Lucene's boolean query of term clauses does).
+/// Tokens are maximal runs of alphanumeric characters, lower-cased; there is no stemming and no stop
+/// list. Defaults `k1 = 0.9`, `b = 0.4` are Anserini's/Pyserini's.
 #[derive(Debug, Clone)]
 pub struct Bm25Index {
     config: Bm25Config,

@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use infembed::data::{QueryTemplate, ReadMode, build_heldout, read_distractors, read_records};
-use infembed::lexical::{Bm25Config, Bm25Index};
-use infembed::{Bm25Retriever, EvalConfig, evaluate_followir};
+use infembed_data::{QueryTemplate, ReadMode, build_heldout, read_distractors, read_records};
+use infembed_eval::{Bm25Config, Bm25Index};
+use infembed_eval::{Bm25Retriever, EvalConfig, evaluate_followir};
 
 fn sample(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -1,18 +1,7 @@
 //! Embedding texts read from JSONL files into an [`EmbeddingIndex`], and searching one with an
 //! instruction and a query.
 //!
-//! # Input format ([`read_texts`])
-//! JSON Lines, one object per line (blank lines are skipped):
-//! - the id: `"_id"` (BEIR) or `"id"`, a string or an integer; when both are present they must
-//!   agree. Ids must be unique in the file.
-//! - `"text"`: a string (required).
-//! - `"title"`: optional string or null. On the passage side the encoded text is
-//!   `"{title} {text}"` when the title is not blank, else the text alone: BEIR's and
-//!   sentence-transformers' convention, the same as [`infembed_data::Document::full_text`], so a
-//!   BEIR `corpus.jsonl` embeds exactly as the evaluation harness embeds it.
-//! - `"instruction"`: optional string or null, used on the query side only.
-//!
-//! Other keys are ignored. Every problem is an error naming the file, the line and the field.
+//! The input format is [`read_texts`]'s.
 //!
 //! # Passages and queries
 //! [`embed_passages`] encodes each record's passage text with
@@ -25,7 +14,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use infembed_data::JsonObjects;
+use infembed_data::{JsonObjects, json_id, json_opt_str, json_str};
 use infembed_encoder::{DualEncoder, tensor_rows};
 use serde_json::{Map, Value};
 
@@ -71,7 +60,21 @@ pub enum Side {
 /// that one call holds on the device.
 pub const EMBED_CHUNK: usize = 512;
 
-/// Reads a JSONL file of texts (see the [module docs](self) for the format).
+/// Reads a JSONL file of texts. Fields are read with the data crate's typed readers
+/// ([`infembed_data::json_str`] and its siblings).
+///
+/// # Input format
+/// JSON Lines, one object per line (blank lines are skipped):
+/// - the id: `"_id"` (BEIR) or `"id"`, a string or an integer; when both are present they must
+///   agree. Ids must be unique in the file.
+/// - `"text"`: a string (required).
+/// - `"title"`: optional string or null. On the passage side the encoded text is
+///   `"{title} {text}"` when the title is not blank, else the text alone: BEIR's and
+///   sentence-transformers' convention, the same as [`infembed_data::Document::full_text`], so a
+///   BEIR `corpus.jsonl` embeds exactly as the evaluation harness embeds it.
+/// - `"instruction"`: optional string or null, used on the query side only.
+///
+/// Other keys are ignored. Every problem is an error naming the file, the line and the field.
 ///
 /// # Errors
 /// [`Error::Read`] when the file cannot be opened or read, [`Error::InputField`] naming line and
@@ -84,8 +87,8 @@ pub fn read_texts(path: impl AsRef<Path>) -> Result<Vec<TextRecord>> {
         field: field.to_string(),
         problem,
     };
-    // The data crate's JSONL reader, with its line-level errors said as this module's.
-    let line_err = |e: infembed_data::Error| match e {
+    // The data crate's JSONL and field readers, with their errors said as this module's.
+    let data_err = |e: infembed_data::Error| match e {
         infembed_data::Error::Io { source, .. } => Error::Read {
             path: path.to_path_buf(),
             source,
@@ -98,20 +101,29 @@ pub fn read_texts(path: impl AsRef<Path>) -> Result<Vec<TextRecord>> {
         }
         infembed_data::Error::Record {
             at: infembed_data::Location::Line(line),
+            problem: infembed_data::Problem::NotAnObject { .. },
             ..
         } => field_err(
             line,
             "<line>",
             "expected a JSON object, one per line".into(),
         ),
+        infembed_data::Error::Record {
+            at: infembed_data::Location::Line(line),
+            field,
+            problem,
+            ..
+        } => field_err(line, &field, problem.to_string()),
         other => Error::Data(other),
     };
     let mut records = Vec::new();
     let mut first_line: HashMap<String, usize> = HashMap::new();
-    for item in JsonObjects::open(path).map_err(line_err)? {
-        let (line_no, obj) = item.map_err(line_err)?;
-        let record =
-            parse_record(&obj).map_err(|(field, problem)| field_err(line_no, field, problem))?;
+    for item in JsonObjects::open(path).map_err(data_err)? {
+        let (line_no, obj) = item.map_err(data_err)?;
+        let record = parse_record(&obj, path, line_no).map_err(|e| match e {
+            RecordError::Data(e) => data_err(e),
+            RecordError::Ids(problem) => field_err(line_no, "id", problem),
+        })?;
         if let Some(&first) = first_line.get(&record.id) {
             return Err(Error::DuplicateId {
                 path: path.to_path_buf(),
@@ -131,72 +143,53 @@ pub fn read_texts(path: impl AsRef<Path>) -> Result<Vec<TextRecord>> {
     Ok(records)
 }
 
-type FieldProblem = (&'static str, String);
+/// Why a line is not a [`TextRecord`]: a field the typed readers reject, or ids that do not
+/// name one record.
+enum RecordError {
+    Data(infembed_data::Error),
+    Ids(String),
+}
 
-fn parse_record(obj: &Map<String, Value>) -> std::result::Result<TextRecord, FieldProblem> {
-    let id = match (id_of(obj, "_id")?, id_of(obj, "id")?) {
+impl From<infembed_data::Error> for RecordError {
+    fn from(e: infembed_data::Error) -> Self {
+        Self::Data(e)
+    }
+}
+
+fn parse_record(
+    obj: &Map<String, Value>,
+    path: &Path,
+    line: usize,
+) -> std::result::Result<TextRecord, RecordError> {
+    let id_of = |key: &str| -> std::result::Result<Option<String>, RecordError> {
+        match obj.get(key) {
+            None => Ok(None),
+            Some(_) => Ok(Some(json_id(obj, key, path, line)?)),
+        }
+    };
+    let id = match (id_of("_id")?, id_of("id")?) {
         (Some(a), Some(b)) if a != b => {
-            return Err(("id", format!("`_id` ({a}) and `id` ({b}) disagree")));
+            return Err(RecordError::Ids(format!(
+                "`_id` ({a}) and `id` ({b}) disagree"
+            )));
         }
         (Some(a), _) | (None, Some(a)) => a,
-        (None, None) => return Err(("id", "missing (give `id` or `_id`)".into())),
-    };
-    let text = match obj.get("text") {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => return Err(("text", format!("expected a string, found {}", kind(other)))),
-        None => return Err(("text", "missing".into())),
+        (None, None) => {
+            return Err(RecordError::Ids("missing (give `id` or `_id`)".into()));
+        }
     };
     Ok(TextRecord {
         id,
-        title: optional_string(obj, "title")?.unwrap_or_default(),
-        text,
-        instruction: optional_string(obj, "instruction")?,
+        text: json_str(obj, "text", path, line)?.to_string(),
+        title: json_opt_str(obj, "title", path, line)?
+            .unwrap_or_default()
+            .to_string(),
+        instruction: json_opt_str(obj, "instruction", path, line)?.map(str::to_string),
     })
 }
 
-fn id_of(
-    obj: &Map<String, Value>,
-    key: &'static str,
-) -> std::result::Result<Option<String>, FieldProblem> {
-    match obj.get(key) {
-        None => Ok(None),
-        Some(Value::String(s)) if !s.trim().is_empty() => Ok(Some(s.clone())),
-        Some(Value::String(_)) => Err((key, "is blank".into())),
-        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(Some(n.to_string())),
-        Some(other) => Err((
-            key,
-            format!("expected a string or an integer, found {}", kind(other)),
-        )),
-    }
-}
-
-fn optional_string(
-    obj: &Map<String, Value>,
-    key: &'static str,
-) -> std::result::Result<Option<String>, FieldProblem> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err((
-            key,
-            format!("expected a string or null, found {}", kind(other)),
-        )),
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 /// A short description of a model for indexes and errors: its directory as given.
-fn model_name(encoder: &DualEncoder) -> String {
+fn encoder_source(encoder: &DualEncoder) -> String {
     encoder.source_dir.display().to_string()
 }
 
@@ -241,7 +234,7 @@ pub fn embed_records(
         records.iter().map(|r| r.id.clone()).collect(),
         embeddings,
         dim,
-        model_name(encoder),
+        encoder_source(encoder),
     )
 }
 
@@ -277,7 +270,7 @@ pub fn search(
 ) -> Result<Vec<SearchHit>> {
     let q = encoder.encode_queries(&[(instruction, query)])?.embeddings;
     let model_dim = q.dims()[1];
-    index.check_dim(model_dim, &model_name(encoder))?;
+    index.check_dim(model_dim, &encoder_source(encoder))?;
     let row = tensor_rows(q)?.pop().unwrap_or_default();
     index.top_k(&row, k)
 }

@@ -17,8 +17,10 @@ use infembed_metrics::{
 use crate::error::{Error, Result};
 use crate::retrieve::{Depth, QueryRequest, Retriever, run_queries};
 
-/// How an evaluation is run.
+/// How an evaluation is run. Start from [`EvalConfig::default`] and change fields with the
+/// `with_*` methods (the struct may grow).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EvalConfig {
     /// The ranking rule for runs, metrics and p-MRR. Default: score descending, ties by document id
     /// descending at full precision ([`TieBreak::DocIdDescending`]), the held-out protocol's rule
@@ -35,6 +37,22 @@ impl Default for EvalConfig {
             tie: TieBreak::DocIdDescending,
             depth: 1000,
         }
+    }
+}
+
+impl EvalConfig {
+    /// This config with [`EvalConfig::tie`] set to `tie`.
+    #[must_use]
+    pub fn with_tie(mut self, tie: TieBreak) -> Self {
+        self.tie = tie;
+        self
+    }
+
+    /// This config with [`EvalConfig::depth`] set to `depth`.
+    #[must_use]
+    pub fn with_depth(mut self, depth: usize) -> Self {
+        self.depth = depth;
+        self
     }
 }
 

@@ -1,0 +1,49 @@
+//! # infembed-eval
+//!
+//! The retrieval and evaluation harness of infembed, usable without the command line, the
+//! synthesis client or the training dashboard:
+//!
+//! - [`Retriever`] and [`run_queries`]: anything that scores queries against a corpus, and the
+//!   runs it produces; [`top_k`] is the one ranking routine (score descending, ties by the
+//!   [`TieBreak`](infembed_metrics::TieBreak) rule) that runs and searches share.
+//! - [`Bm25Retriever`] (Okapi BM25, [`Bm25Index`]) and [`EncoderRetriever`] (dense retrieval with
+//!   an [`infembed_encoder::DualEncoder`], loaded by [`load_encoder`]).
+//! - [`evaluate_followir`]: instruction following, FollowIR-style (a published FollowIR set, or
+//!   the held-out test that [`infembed_data::build_heldout`] builds from any InF-IR file,
+//!   [`load_heldout`]). Each query is run twice, with its original and with its changed
+//!   instruction; p-MRR measures whether the documents that the changed instruction made
+//!   irrelevant fall in the ranking. [`evaluate_retrieval`]: plain ad hoc retrieval (BEIR layout,
+//!   the classic collections). Every value in the reports is a percentage (x100), as papers print
+//!   them.
+//! - [`read_texts`], [`embed_records`] and [`search`]: embed a JSONL file into an
+//!   [`EmbeddingIndex`] (saved as safetensors or `.npy`) and search it with an instruction and a
+//!   query.
+//!
+//! Errors: one [`Error`] enum. Diagnostics go through the `log` facade.
+
+mod dense;
+mod embed;
+mod error;
+mod evaluate;
+mod index;
+mod lexical;
+mod load;
+mod retrieve;
+mod topk;
+
+pub use dense::EncoderRetriever;
+pub use embed::{
+    EMBED_CHUNK, Side, TextRecord, embed_passages, embed_queries, embed_records, read_texts, search,
+};
+pub use error::{Error, Result};
+pub use evaluate::{
+    EvalConfig, FollowIrOutcome, FollowIrReport, RetrievalOutcome, RetrievalReport,
+    evaluate_followir, evaluate_retrieval,
+};
+pub use index::{
+    EMBEDDINGS_TENSOR, EmbeddingIndex, FORMAT_TAG, IN_MEMORY, IndexFormat, SearchHit, ids_path,
+};
+pub use lexical::{Bm25Config, Bm25Index, tokenize};
+pub use load::{ENCODER_CONFIG_FILE, load_encoder, load_heldout, model_name};
+pub use retrieve::{Bm25Retriever, Depth, QUERY_BATCH, QueryRequest, Retriever, run_queries};
+pub use topk::top_k;

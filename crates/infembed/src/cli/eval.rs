@@ -1,0 +1,194 @@
+//! `infembed eval`: evaluate a retriever on an instruction-following or ad hoc test.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use infembed::data::{self, Collection, QueryTemplate};
+use infembed::eval::model_name;
+use infembed::metrics::{Run, TieBreak};
+use infembed::{
+    Bm25Config, Bm25Retriever, EncoderRetriever, EvalConfig, FollowIrReport, RetrievalReport,
+    Retriever, evaluate_followir, evaluate_retrieval, load_heldout,
+};
+
+use super::load_encoder;
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("set").required(true)
+    .args(["data", "beir", "followir", "collection"])))]
+pub struct EvalArgs {
+    /// An InF-IR-format JSONL (or Parquet) file: the held-out instruction-following test of
+    /// data/inf-ir-sample/README.md is built from it (p-MRR, nDCG, MAP, MRR, pairwise accuracy).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Distractor passages (JSONL with passage_id, passage) added to the --data corpus.
+    #[arg(long, requires = "data")]
+    distractors: Option<PathBuf>,
+    /// A BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv).
+    #[arg(long)]
+    beir: Option<PathBuf>,
+    /// A FollowIR folder in its published layout (re-ranks top_ranked when present).
+    #[arg(long)]
+    followir: Option<PathBuf>,
+    /// A classic collection from the shared data: cacm, cisi, cranfield, vaswani, msmarco-subset.
+    #[arg(long)]
+    collection: Option<String>,
+    /// Where the shared data lives (default: $INFEMBED_SHARED_DATA, else ../shared/data).
+    #[arg(long)]
+    shared_data: Option<PathBuf>,
+    /// The qrels split of a BEIR or FollowIR folder.
+    #[arg(long, default_value = "test")]
+    split: String,
+    /// A model directory (Hugging Face / sentence-transformers layout, or saved by infembed), e.g.
+    /// models/all-MiniLM-L6-v2 after `cargo xtask fetch-model`. Without it, the BM25 baseline runs.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Encoder config JSON (towers, interaction, template, max lengths, prefixes); with --model.
+    #[arg(long, requires = "model")]
+    encoder_config: Option<PathBuf>,
+    /// BM25 query template with {Q} (query) and {I} (instruction). A model's template is part of
+    /// its encoder config.
+    #[arg(long, default_value = QueryTemplate::DEFAULT, conflicts_with = "model")]
+    template: String,
+    /// BM25 k1 (the lexical baseline).
+    #[arg(long, default_value_t = Bm25Config::default().k1)]
+    k1: f32,
+    /// BM25 b (the lexical baseline).
+    #[arg(long, default_value_t = Bm25Config::default().b)]
+    b: f32,
+    /// Documents kept per query for ad hoc retrieval runs.
+    #[arg(long, default_value_t = 1000)]
+    depth: usize,
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write TREC run files into this folder.
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+}
+
+pub fn run(args: &EvalArgs) -> Result<()> {
+    let config = EvalConfig::default().with_depth(args.depth);
+    let mut retriever: Box<dyn Retriever> = match &args.model {
+        Some(dir) => {
+            let encoder = load_encoder(dir, args.encoder_config.as_deref())?;
+            Box::new(EncoderRetriever::new(encoder, model_name(dir)))
+        }
+        None => {
+            let template = QueryTemplate::new(&args.template)?;
+            Box::new(Bm25Retriever::new(
+                Bm25Config {
+                    k1: args.k1,
+                    b: args.b,
+                },
+                template,
+            ))
+        }
+    };
+    let retriever: &mut dyn Retriever = retriever.as_mut();
+
+    if let Some(path) = &args.data {
+        let set = load_heldout(path, args.distractors.as_deref())?;
+        let outcome = evaluate_followir(&set, retriever, &config)?;
+        write_runs(
+            args,
+            &[("og", &outcome.og_run), ("changed", &outcome.changed_run)],
+        )?;
+        return print_followir(&outcome.report, args.json);
+    }
+    if let Some(dir) = &args.followir {
+        let set = data::load_followir(dir, &args.split)?;
+        let outcome = evaluate_followir(&set, retriever, &config)?;
+        write_runs(
+            args,
+            &[("og", &outcome.og_run), ("changed", &outcome.changed_run)],
+        )?;
+        return print_followir(&outcome.report, args.json);
+    }
+    let set = if let Some(dir) = &args.beir {
+        data::load_beir(dir, &args.split)?
+    } else if let Some(name) = &args.collection {
+        let collection = Collection::from_folder(name).with_context(|| {
+            format!("unknown collection `{name}` (cacm, cisi, cranfield, vaswani, msmarco-subset)")
+        })?;
+        let root = match &args.shared_data {
+            Some(dir) => dir.clone(),
+            None => Some(super::shared_data_from_env().unwrap_or_else(|| "../shared/data".into()))
+                .filter(|d| d.is_dir())
+                .context(
+                    "shared data not found: pass --shared-data DIR or set INFEMBED_SHARED_DATA",
+                )?,
+        };
+        collection.load_from_root(&root)?
+    } else {
+        bail!("give one of --data, --beir, --followir, --collection");
+    };
+    let outcome = evaluate_retrieval(&set, retriever, &config)?;
+    write_runs(args, &[("run", &outcome.run)])?;
+    print_retrieval(&outcome.report, args.json)
+}
+
+fn write_runs(args: &EvalArgs, runs: &[(&str, &Run)]) -> Result<()> {
+    let Some(dir) = &args.run_dir else {
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (name, run) in runs {
+        let path = dir.join(format!("{name}.trec"));
+        run.write(&path, TieBreak::DocIdDescending)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// What every report's header line names: set, retriever, query and document counts.
+type Header<'a> = (&'a str, &'a str, usize, usize);
+
+/// Prints a report as one JSON object, or as a header line and a table of labelled values
+/// (`None` prints as n/a).
+fn print_report(
+    report: &impl serde::Serialize,
+    json: bool,
+    (name, retriever, n_queries, n_docs): Header<'_>,
+    rows: &[(&str, Option<f64>)],
+) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(report)?);
+        return Ok(());
+    }
+    println!("{name} | {retriever} | {n_queries} queries, {n_docs} documents");
+    for (label, value) in rows {
+        match value {
+            Some(v) => println!("  {label:<22}{v:>7.2}"),
+            None => println!("  {label:<22}{:>7}", "n/a"),
+        }
+    }
+    Ok(())
+}
+
+fn print_followir(r: &FollowIrReport, json: bool) -> Result<()> {
+    let header = (r.name.as_str(), r.retriever.as_str(), r.n_queries, r.n_docs);
+    let rows = [
+        ("p-MRR", Some(r.p_mrr)),
+        ("nDCG@5   (original)", Some(r.ndcg_at_5)),
+        ("nDCG@10  (original)", Some(r.ndcg_at_10)),
+        ("MAP@1000 (original)", Some(r.map_at_1000)),
+        ("MRR@10   (original)", Some(r.mrr_at_10)),
+        ("nDCG@10  (changed)", Some(r.changed_ndcg_at_10)),
+        ("pairwise accuracy", r.pairwise_accuracy),
+    ];
+    print_report(r, json, header, &rows)
+}
+
+fn print_retrieval(r: &RetrievalReport, json: bool) -> Result<()> {
+    let header = (r.name.as_str(), r.retriever.as_str(), r.n_queries, r.n_docs);
+    let rows = [
+        ("nDCG@10", Some(r.ndcg_at_10)),
+        ("MAP@1000", Some(r.map_at_1000)),
+        ("MRR@10", Some(r.mrr_at_10)),
+        ("P@10", Some(r.p_at_10)),
+        ("Recall@100", Some(r.recall_at_100)),
+    ];
+    print_report(r, json, header, &rows)
+}

@@ -1,0 +1,37 @@
+//! `infembed train`: fine-tune a model from a config file.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+
+#[derive(Args)]
+pub struct TrainArgs {
+    /// The training config (TOML or JSON); every key is in docs/training.md.
+    #[arg(long)]
+    config: PathBuf,
+    /// Continue from the newest checkpoint in the config's output_dir (after a crash or kill).
+    #[arg(long)]
+    resume: bool,
+    /// Progress display: `auto` (burn-train's dashboard when stdout and stderr are
+    /// terminals, plain lines otherwise), `plain`, or `dashboard`. Quitting the dashboard
+    /// (q) stops after the current step with a checkpoint, for --resume.
+    #[arg(long, default_value = "auto")]
+    progress: infembed::train::ProgressMode,
+}
+
+pub fn run(args: &TrainArgs) -> Result<()> {
+    let config = infembed::train::TrainConfig::from_file(&args.config)?;
+    eprintln!("{}", infembed::train::trainer::describe(&config));
+    let summary = infembed::train(config, args.resume, args.progress)?;
+    eprintln!(
+        "done: {} optimizer steps, {:.2} rows/s in this process{}",
+        summary.steps,
+        summary.rows_per_second(),
+        summary
+            .final_dir
+            .map(|d| format!(", model saved to {}", d.display()))
+            .unwrap_or_default()
+    );
+    Ok(())
+}
