@@ -15,7 +15,8 @@
 //!   ([`load::trec`], [`load::smart`]), the classic collections of the shared data
 //!   ([`load::classic`]), and the held-out instruction-following test built from any InF-IR file
 //!   ([`heldout`]).
-//! - [`QueryTemplate`]: how an (instruction, query) pair becomes one string (default `"{Q} {I}"`).
+//! - [`QueryTemplate`]: how an (instruction, query) pair becomes one string (default
+//!   `"{query} {instruction}"`, with `{Q}` / `{I}` as aliases); BM25 and the dense encoder share it.
 //!
 //! Relevance judgments are plain maps ([`Qrels`]: query id -> document id -> grade, `> 0`
 //! relevant) so this crate does not depend on the metrics crate.
