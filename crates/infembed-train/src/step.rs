@@ -8,7 +8,8 @@
 //!
 //! [`grad_cache_step`] follows Gao et al. (2021), "Scaling Deep Contrastive Learning Batch
 //! Size under Memory Limited Setup": (1) embed every distinct text of the batch in chunks
-//! with the model in validation mode (no graph is kept); (2) make those embeddings leaf
+//! with the model as it trains (dropout on, see below), keeping only each chunk's values so
+//! that its graph is dropped at once; (2) make those embeddings leaf
 //! tensors, compute the loss over the whole batch and its gradient with respect to each
 //! embedding; (3) re-embed each chunk with a graph and backpropagate `sum(e * cached_grad)`,
 //! whose parameter gradient is exactly the chunk's share of the full gradient; (4) sum the
@@ -90,7 +91,7 @@ pub fn full_batch_step(
         .first()
         .is_some_and(|l| !l.is_empty());
     let (p, iq, iq_instr, texts) = if with_instr {
-        let e = encoder.encode_batch_with(&rows, &batch.instruction_rows)?;
+        let e = encoder.encode_batch(&rows, &batch.instruction_rows)?;
         (e.p, e.iq, Some(e.iq_instr), e.texts_encoded)
     } else {
         let passages: Vec<&str> = rows.iter().map(|r| r.passage).collect();
@@ -105,7 +106,7 @@ pub fn full_batch_step(
     let grads = value.mul_scalar(weight).backward();
     Ok(StepGrads {
         loss: loss_value,
-        grads: GradientsParams::from_grads(grads, &encoder.model),
+        grads: GradientsParams::from_grads(grads, encoder.model()),
         texts,
     })
 }
@@ -195,8 +196,8 @@ pub fn grad_cache_step(
             let surrogate = (e * g).sum();
             let grads = surrogate.backward();
             acc.accumulate(
-                &encoder.model,
-                GradientsParams::from_grads(grads, &encoder.model),
+                encoder.model(),
+                GradientsParams::from_grads(grads, encoder.model()),
             );
         }
     }

@@ -197,7 +197,7 @@ fn kind(v: &Value) -> &'static str {
 
 /// A short description of a model for indexes and errors: its directory as given.
 fn model_name(encoder: &DualEncoder) -> String {
-    encoder.source_dir.display().to_string()
+    encoder.source_dir().display().to_string()
 }
 
 /// Embeds `records` with `encoder` on the given side into an [`EmbeddingIndex`] whose `model` is

@@ -246,7 +246,7 @@ fn run(cli: Cli) -> Result<()> {
 
 fn train(args: &TrainArgs) -> Result<()> {
     let config = infembed::train::TrainConfig::from_file(&args.config)?;
-    eprintln!("{}", infembed::train::trainer::describe(&config));
+    eprintln!("{}", infembed::train::describe(&config));
     let summary = infembed::train(config, args.resume, args.progress)?;
     eprintln!(
         "done: {} optimizer steps, {:.2} rows/s in this process{}",
@@ -335,7 +335,7 @@ fn search(args: &SearchArgs) -> Result<()> {
     } else if let Some(path) = &args.index {
         let index = EmbeddingIndex::load(path)?;
         encoder = load_encoder(&args.model, args.encoder_config.as_deref())?;
-        let ours = encoder.source_dir.display().to_string();
+        let ours = encoder.source_dir().display().to_string();
         if !index.model.is_empty() && index.model != ours {
             eprintln!(
                 "warning: {} was embedded with model {}, searching with {ours}",
@@ -372,7 +372,7 @@ fn search(args: &SearchArgs) -> Result<()> {
         let out = serde_json::json!({
             "query": args.query,
             "instruction": args.instruction,
-            "model": encoder.source_dir.display().to_string(),
+            "model": encoder.source_dir().display().to_string(),
             "n_docs": index.len(),
             "hits": hits,
         });
