@@ -130,8 +130,11 @@ fn embed_chunks(
     Ok(Tensor::cat(parts, 0))
 }
 
-/// GradCache over Interaction I (see the [module docs](self)): at most `chunk` texts per
-/// forward pass. Gradients equal [`full_batch_step`]'s up to float rounding.
+/// GradCache over Interaction I (Gao et al. 2021): embed every distinct text in chunks
+/// without keeping graphs, take the loss gradient with respect to each embedding, then
+/// re-embed each chunk with a graph and backpropagate its cached gradient; at most `chunk`
+/// texts per forward pass. Dropout masks are replayed per chunk from the batch's seed.
+/// Gradients equal [`full_batch_step`]'s up to float rounding (without dropout).
 pub fn grad_cache_step(
     encoder: &DualEncoder,
     batch: &TrainBatch,
