@@ -7,7 +7,7 @@
 //!   record by record), then the distractor passages as `d-{passage_id}` in the given order;
 //! - queries: one per record, id `r{r}`, text `query_positive`, original instruction
 //!   `instruction_positive`, changed instruction `instruction_negative`; how a pair becomes one
-//!   string is the caller's [`QueryTemplate`](crate::QueryTemplate) (default `"{Q} {I}"`);
+//!   string is the caller's [`QueryTemplate`](crate::QueryTemplate) (default `"{query} {instruction}"`);
 //! - qrels of the original run: `r{r}` -> {`r{r}-pos`: 1}; of the changed run: `r{r}` ->
 //!   {`r{r}-n1`: 1};
 //! - changed documents: `r{r}` -> \[`r{r}-pos`\] (relevant under the original instruction, no longer

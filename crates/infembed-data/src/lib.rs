@@ -17,7 +17,8 @@
 //!   ([`heldout`]).
 //! - [`json_str`], [`json_nonempty_str`], [`json_opt_str`], [`json_id`]: the one typed reader of JSON fields, whose
 //!   errors name file, line and field; [`write_atomic`]: the one atomic, durable file write.
-//! - [`QueryTemplate`]: how an (instruction, query) pair becomes one string (default `"{Q} {I}"`).
+//! - [`QueryTemplate`]: how an (instruction, query) pair becomes one string (default
+//!   `"{query} {instruction}"`, with `{Q}` / `{I}` as aliases); BM25 and the dense encoder share it.
 //!
 //! Relevance judgments are plain maps ([`Qrels`]: query id -> document id -> grade, `> 0`
 //! relevant) so this crate does not depend on the metrics crate.

@@ -195,36 +195,3 @@ fn distractor_file_errors() {
         Error::DuplicateId { line: 2, .. }
     ));
 }
-
-#[test]
-fn template_rules() {
-    assert_eq!(QueryTemplate::default().as_str(), "{Q} {I}");
-    assert_eq!(QueryTemplate::default().render("q", Some("i")), "q i");
-    assert_eq!(QueryTemplate::default().render("q", None), "q");
-    assert_eq!(
-        QueryTemplate::new("{Q}").unwrap().render("q", Some("i")),
-        "q"
-    );
-    assert_eq!(
-        QueryTemplate::new("[{I}] -> {Q}!")
-            .unwrap()
-            .render("{I}", Some("{Q}")),
-        "[{Q}] -> {I}!"
-    );
-    for bad in [
-        "{I}",
-        "{Q} {Q}",
-        "{Q} {I} {I}",
-        "{q} {I}",
-        "{Q} {",
-        "{Q} }",
-        "{Q} {X}",
-    ] {
-        assert!(
-            matches!(QueryTemplate::new(bad), Err(Error::Template { .. })),
-            "{bad}"
-        );
-    }
-    let parsed: QueryTemplate = "{I}: {Q}".parse().unwrap();
-    assert_eq!(parsed.to_string(), "{I}: {Q}");
-}

@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use burn::prelude::*;
-use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::backbone::Backbone;
@@ -13,11 +13,11 @@ use crate::config::{ArchitectureConfig, SentenceTransformersConfig};
 use crate::encoder::{Embedder, Encoded, TruncationCounter};
 use crate::error::{Error, Result};
 use crate::interaction::{
-    CrossAttention, CrossAttentionConfig, CrossAttentionKind, Template, combine_tokens,
-    combine_vectors,
+    CrossAttention, CrossAttentionConfig, CrossAttentionKind, combine_tokens, combine_vectors,
 };
 use crate::pool::{Pooling, l2_normalize};
 use crate::tokenize::TextTokenizer;
+use infembed_data::QueryTemplate;
 
 /// Whether passages and queries share one backbone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -36,11 +36,13 @@ pub enum Towers {
 pub enum Interaction {
     /// Interaction I: encode the templated concatenation of instruction and query.
     SelfAttention {
-        /// How the two are joined (default `"{query} {instruction}"`).
+        /// How the two are joined (default `"{query} {instruction}"`); it must contain the
+        /// instruction placeholder.
         #[serde(default)]
-        template: Template,
-        /// Instruction negatives K per row in [`DualEncoder::encode_batch`]; `None` follows
-        /// the reference (3B/2 - 1 for B records, i.e. N/2 - 1 for N = 3B rows, at least 1).
+        template: QueryTemplate,
+        /// Instruction negatives K per row when training (drawn by `infembed-train`, which
+        /// also documents the rule); `None` follows the reference (3B/2 - 1 for B records,
+        /// i.e. N/2 - 1 for N = 3B rows, at least 1).
         #[serde(default)]
         instruction_negatives: Option<usize>,
     },
@@ -51,7 +53,7 @@ pub enum Interaction {
 impl Default for Interaction {
     fn default() -> Self {
         Self::SelfAttention {
-            template: Template::default(),
+            template: QueryTemplate::default(),
             instruction_negatives: None,
         }
     }
@@ -136,15 +138,24 @@ impl EncoderConfig {
             }
         }
         if let Interaction::SelfAttention {
-            instruction_negatives: Some(0),
-            ..
-        } = self.interaction
+            template,
+            instruction_negatives,
+        } = &self.interaction
         {
-            return Err(Error::config(
-                path,
-                "interaction.instruction_negatives",
-                "must be positive",
-            ));
+            if *instruction_negatives == Some(0) {
+                return Err(Error::config(
+                    path,
+                    "interaction.instruction_negatives",
+                    "must be positive",
+                ));
+            }
+            if !template.has_instruction() {
+                return Err(Error::config(
+                    path,
+                    "interaction.template",
+                    "must contain {instruction} (Interaction I joins an instruction and a query)",
+                ));
+            }
         }
         Ok(())
     }
@@ -190,24 +201,29 @@ pub struct BatchEmbeddings {
 }
 
 /// InF-Embed's dual encoder: tokenizer, towers, pooling and instruction-query interaction.
+///
+/// It is the weights ([`DualEncoderModel`], the only part that training changes) plus an
+/// immutable context shared behind an [`Arc`] (tokenizer, configuration with its template and
+/// prefixes, the checkpoint's settings, pooling, source directory). Swapping the weights
+/// ([`set_model`](Self::set_model), [`with_model`](Self::with_model)) and cloning the encoder
+/// copy no tokenizer.
 #[derive(Debug, Clone)]
 pub struct DualEncoder {
-    /// The trainable modules (replace it after an optimizer step).
-    pub model: DualEncoderModel,
-    /// The shared tokenizer.
-    pub tokenizer: TextTokenizer,
-    /// The configuration.
-    pub config: EncoderConfig,
-    /// The checkpoint's architecture.
-    pub arch: ArchitectureConfig,
-    /// The checkpoint's sentence-transformers settings.
-    pub st_config: SentenceTransformersConfig,
-    /// The pooling in use.
-    pub pooling: Pooling,
-    /// The checkpoint directory.
-    pub source_dir: PathBuf,
+    model: DualEncoderModel,
+    context: Arc<EncoderContext>,
     device: Device,
     truncations: TruncationCounter,
+}
+
+/// What a [`DualEncoder`] reads but never changes.
+#[derive(Debug)]
+struct EncoderContext {
+    tokenizer: TextTokenizer,
+    config: EncoderConfig,
+    arch: ArchitectureConfig,
+    st_config: SentenceTransformersConfig,
+    pooling: Pooling,
+    source_dir: PathBuf,
 }
 
 impl DualEncoder {
@@ -252,12 +268,14 @@ impl DualEncoder {
                 passage_tower,
                 cross,
             },
-            tokenizer,
-            config,
-            arch,
-            st_config,
-            pooling,
-            source_dir: dir.to_path_buf(),
+            context: Arc::new(EncoderContext {
+                tokenizer,
+                config,
+                arch,
+                st_config,
+                pooling,
+                source_dir: dir.to_path_buf(),
+            }),
             device: device.clone(),
             truncations: TruncationCounter::default(),
         })
@@ -268,22 +286,102 @@ impl DualEncoder {
         &self.device
     }
 
+    /// The trainable modules.
+    pub fn model(&self) -> &DualEncoderModel {
+        &self.model
+    }
+
+    /// The trainable modules, to change in place (e.g. to load other weights).
+    pub fn model_mut(&mut self) -> &mut DualEncoderModel {
+        &mut self.model
+    }
+
+    /// The trainable modules, consuming the encoder.
+    pub fn into_model(self) -> DualEncoderModel {
+        self.model
+    }
+
+    /// Replaces the weights (same device), for example after an optimizer step; the shared
+    /// context is kept as is.
+    pub fn set_model(&mut self, model: DualEncoderModel) {
+        self.model = model;
+    }
+
+    /// The same encoder (shared context, shared truncation count) with other weights on
+    /// another device: for example `model.valid()` on the inner device for evaluation during
+    /// training, or the trainable weights on an autodiff device. Copies no tokenizer.
+    pub fn with_model(&self, model: DualEncoderModel, device: &Device) -> Self {
+        Self {
+            model,
+            context: Arc::clone(&self.context),
+            device: device.clone(),
+            truncations: self.truncations.clone(),
+        }
+    }
+
+    /// The shared tokenizer.
+    pub fn tokenizer(&self) -> &TextTokenizer {
+        &self.context.tokenizer
+    }
+
+    /// The configuration (towers, interaction and its template, lengths, prefixes).
+    pub fn config(&self) -> &EncoderConfig {
+        &self.context.config
+    }
+
+    /// The checkpoint's architecture.
+    pub fn arch(&self) -> &ArchitectureConfig {
+        &self.context.arch
+    }
+
+    /// The checkpoint's sentence-transformers settings.
+    pub fn st_config(&self) -> &SentenceTransformersConfig {
+        &self.context.st_config
+    }
+
+    /// The pooling in use.
+    pub fn pooling(&self) -> Pooling {
+        self.context.pooling
+    }
+
+    /// The checkpoint directory the encoder was loaded from.
+    pub fn source_dir(&self) -> &Path {
+        &self.context.source_dir
+    }
+
+    /// The same weights under another configuration (the tokenizer and the checkpoint's
+    /// settings kept; the pooling follows the new configuration's override if it has one).
+    /// Used when a saved directory's own settings replace those it was loaded with.
+    pub(crate) fn with_config(mut self, config: EncoderConfig) -> Self {
+        let c = &self.context;
+        let pooling = config.pooling.unwrap_or(c.pooling);
+        self.context = Arc::new(EncoderContext {
+            tokenizer: c.tokenizer.clone(),
+            config,
+            arch: c.arch.clone(),
+            st_config: c.st_config.clone(),
+            pooling,
+            source_dir: c.source_dir.clone(),
+        });
+        self
+    }
+
     /// Total number of texts truncated so far.
     pub fn truncated_total(&self) -> usize {
         self.truncations.total()
     }
 
     fn max_len(&self, requested: usize) -> usize {
-        requested.min(self.arch.max_positions())
+        requested.min(self.arch().max_positions())
     }
 
     fn query_embedder(&self) -> Embedder<'_> {
         Embedder {
             backbone: &self.model.query_tower,
-            tokenizer: &self.tokenizer,
+            tokenizer: self.tokenizer(),
             device: &self.device,
-            pooling: self.pooling,
-            max_length: self.max_len(self.config.query_max_length),
+            pooling: self.pooling(),
+            max_length: self.max_len(self.config().query_max_length),
             counter: &self.truncations,
         }
     }
@@ -295,10 +393,10 @@ impl DualEncoder {
                 .passage_tower
                 .as_ref()
                 .unwrap_or(&self.model.query_tower),
-            tokenizer: &self.tokenizer,
+            tokenizer: self.tokenizer(),
             device: &self.device,
-            pooling: self.pooling,
-            max_length: self.max_len(self.config.passage_max_length),
+            pooling: self.pooling(),
+            max_length: self.max_len(self.config().passage_max_length),
             counter: &self.truncations,
         }
     }
@@ -307,13 +405,13 @@ impl DualEncoder {
     pub fn encode_passages(&self, passages: &[&str]) -> Result<Encoded> {
         let texts: Vec<String> = passages
             .iter()
-            .map(|p| format!("{}{p}", self.config.passage_prefix))
+            .map(|p| format!("{}{p}", self.config().passage_prefix))
             .collect();
         let (unique, index) = dedupe(texts);
         let refs: Vec<&str> = unique.iter().map(String::as_str).collect();
         let (v, truncated) = self
             .passage_embedder()
-            .pooled_sorted(&refs, self.config.encode_batch_size)?;
+            .pooled_sorted(&refs, self.config().encode_batch_size)?;
         Ok(Encoded {
             embeddings: l2_normalize(v).select(0, self.index_tensor(&index)),
             truncated,
@@ -333,37 +431,15 @@ impl DualEncoder {
         })
     }
 
-    /// Encodes a batch for training, choosing the instruction negatives itself: K rows
-    /// sampled with `rng` for Interaction I (see [`Interaction::SelfAttention`]), all
-    /// other rows for Interaction II (whose combinations are cheap).
-    pub fn encode_batch<R: Rng>(
-        &self,
-        rows: &[BatchRow<'_>],
-        rng: &mut R,
-    ) -> Result<BatchEmbeddings> {
-        let n = rows.len();
-        let others = match &self.config.interaction {
-            Interaction::SelfAttention {
-                instruction_negatives,
-                ..
-            } => {
-                let k = instruction_negatives.unwrap_or((n / 2).saturating_sub(1).max(1));
-                sample_other_rows(n, k, rng)?
-            }
-            Interaction::CrossAttention(_) => all_other_rows(n)?,
-        };
-        self.encode_batch_with(rows, &others)
-    }
-
-    /// Encodes a batch for training with explicit instruction negatives: row i's query is
-    /// combined with the instruction of every row in `instruction_rows[i]` (all lists the
-    /// same length K >= 1, no index out of range).
+    /// Encodes a batch for training: row i's query is combined with the instruction of every
+    /// row in `instruction_rows[i]` (all lists the same length K >= 1, no index out of
+    /// range). The caller chooses the instruction negatives (`infembed-train` draws them).
     ///
     /// Cost: Interaction I runs the backbone on every distinct rendered text, up to
     /// N (K + 1) of them (duplicates are encoded once); Interaction II encodes each
     /// distinct instruction and query once and combines N (K + 1) pairs in O(N K d)
     /// (vector) or O(N K Li Lq d) (token).
-    pub fn encode_batch_with(
+    pub fn encode_batch(
         &self,
         rows: &[BatchRow<'_>],
         instruction_rows: &[Vec<usize>],
@@ -384,7 +460,7 @@ impl DualEncoder {
         let instructions: Vec<&str> = rows.iter().map(|r| r.instruction).collect();
         let queries: Vec<&str> = rows.iter().map(|r| r.query).collect();
         let (all, truncated, encoded) = self.combine(&instructions, &queries, &wanted)?;
-        let d = self.arch.hidden_size();
+        let d = self.arch().hidden_size();
         let iq = all.clone().slice([0..n, 0..d]);
         let iq_instr = all.slice([n..n * (k + 1), 0..d]).reshape([n, k, d]);
         Ok(BatchEmbeddings {
@@ -400,7 +476,7 @@ impl DualEncoder {
     /// The distinct texts behind a training batch under Interaction I, and where each
     /// embedding of [`BatchEmbeddings`] comes from, so that a caller can embed the texts in
     /// chunks of its choosing (GradCache) and rebuild exactly what
-    /// [`encode_batch_with`](Self::encode_batch_with) returns.
+    /// [`encode_batch`](Self::encode_batch) returns.
     ///
     /// Every list of `instruction_rows` empty (K = 0) gives the own pairs only. Fails with
     /// [`Error::InvalidBatch`] for Interaction II (its query embeddings are not a function of
@@ -418,7 +494,7 @@ impl DualEncoder {
             } else {
                 check_instruction_rows(n, instruction_rows)?
             };
-        let cfg = &self.config;
+        let cfg = self.config();
         let Interaction::SelfAttention { template, .. } = &cfg.interaction else {
             return Err(Error::InvalidBatch(
                 "text-level batch embedding needs Interaction I (self_attention)".into(),
@@ -440,7 +516,7 @@ impl DualEncoder {
                 format!(
                     "{}{}",
                     cfg.query_prefix,
-                    template.render(&instruction, rows[q].query)
+                    template.render(rows[q].query, Some(&instruction))
                 )
             })
             .collect();
@@ -459,7 +535,7 @@ impl DualEncoder {
     pub fn embed_passage_texts(&self, texts: &[&str]) -> Result<Encoded> {
         let (v, truncated) = self
             .passage_embedder()
-            .pooled_sorted(texts, self.config.encode_batch_size)?;
+            .pooled_sorted(texts, self.config().encode_batch_size)?;
         Ok(Encoded {
             embeddings: l2_normalize(v),
             truncated,
@@ -471,27 +547,11 @@ impl DualEncoder {
     pub fn embed_query_texts(&self, texts: &[&str]) -> Result<Encoded> {
         let (v, truncated) = self
             .query_embedder()
-            .pooled_sorted(texts, self.config.encode_batch_size)?;
+            .pooled_sorted(texts, self.config().encode_batch_size)?;
         Ok(Encoded {
             embeddings: l2_normalize(v),
             truncated,
         })
-    }
-
-    /// The same encoder with other weights on another device (for example the trained
-    /// weights, or `model.valid()` on the inner device for evaluation during training).
-    pub fn with_model(&self, model: DualEncoderModel, device: &Device) -> Self {
-        Self {
-            model,
-            tokenizer: self.tokenizer.clone(),
-            config: self.config.clone(),
-            arch: self.arch.clone(),
-            st_config: self.st_config.clone(),
-            pooling: self.pooling,
-            source_dir: self.source_dir.clone(),
-            device: device.clone(),
-            truncations: self.truncations.clone(),
-        }
     }
 
     /// Embeds the `wanted` (instruction index, query index) combinations, L2-normalized, in
@@ -503,7 +563,7 @@ impl DualEncoder {
         queries: &[&str],
         wanted: &[(usize, usize)],
     ) -> Result<(Tensor<2>, usize, usize)> {
-        let cfg = &self.config;
+        let cfg = self.config();
         match &cfg.interaction {
             Interaction::SelfAttention { template, .. } => {
                 let texts: Vec<String> = wanted
@@ -513,7 +573,7 @@ impl DualEncoder {
                         format!(
                             "{}{}",
                             cfg.query_prefix,
-                            template.render(&instruction, queries[q])
+                            template.render(queries[q], Some(&instruction))
                         )
                     })
                     .collect();
@@ -616,7 +676,7 @@ fn check_instruction_rows(n: usize, instruction_rows: &[Vec<usize>]) -> Result<u
 }
 
 /// Distinct strings in first-seen order, and for each input its index among them.
-pub fn dedupe(texts: Vec<String>) -> (Vec<String>, Vec<usize>) {
+pub(crate) fn dedupe(texts: Vec<String>) -> (Vec<String>, Vec<usize>) {
     let mut seen: HashMap<String, usize> = HashMap::with_capacity(texts.len());
     let mut unique = Vec::new();
     let mut index = Vec::with_capacity(texts.len());
@@ -631,33 +691,20 @@ pub fn dedupe(texts: Vec<String>) -> (Vec<String>, Vec<usize>) {
     (unique, index)
 }
 
-/// For each of `n` rows, `k` distinct other rows drawn uniformly without replacement.
-///
-/// Fails when `k > n - 1`.
-pub fn sample_other_rows<R: Rng>(n: usize, k: usize, rng: &mut R) -> Result<Vec<Vec<usize>>> {
-    if n < 2 || k > n - 1 {
-        return Err(Error::InvalidBatch(format!(
-            "cannot draw {k} other rows from a batch of {n}"
-        )));
-    }
-    Ok((0..n)
-        .map(|i| {
-            rand::seq::index::sample(rng, n - 1, k)
-                .into_iter()
-                .map(|j| if j >= i { j + 1 } else { j })
-                .collect()
-        })
-        .collect())
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// For each of `n` rows, every other row in increasing order (K = n - 1).
-pub fn all_other_rows(n: usize) -> Result<Vec<Vec<usize>>> {
-    if n < 2 {
-        return Err(Error::InvalidBatch(format!(
-            "a batch of {n} row(s) has no other rows"
-        )));
+    #[test]
+    fn dedupe_keeps_first_seen_order() {
+        let (u, idx) = dedupe(vec![
+            "b".into(),
+            "a".into(),
+            "b".into(),
+            "c".into(),
+            "a".into(),
+        ]);
+        assert_eq!(u, vec!["b", "a", "c"]);
+        assert_eq!(idx, vec![0, 1, 0, 2, 1]);
     }
-    Ok((0..n)
-        .map(|i| (0..n).filter(|&j| j != i).collect())
-        .collect())
 }

@@ -1,9 +1,9 @@
 //! The two instruction-query interactions of InF-Embed.
 //!
 //! - **Interaction I** (self-attention, the paper's Eq. 3): instruction and query are joined
-//!   into one text with a [`Template`] and encoded together, so the backbone's own
-//!   self-attention mixes them. Every (instruction, query) combination needs its own forward
-//!   pass.
+//!   into one text with a [`QueryTemplate`](crate::QueryTemplate) and encoded together, so the
+//!   backbone's own self-attention mixes them. Every (instruction, query) combination needs its
+//!   own forward pass.
 //! - **Interaction II** (cross-attention, Eq. 4): instruction and query are encoded apart and
 //!   combined afterwards ([`CrossAttention`]), so all B x B combinations of a batch cost one
 //!   encoding of each text plus a cheap combination.
@@ -13,92 +13,7 @@ use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
 use crate::pool::l2_normalize;
-
-/// How an instruction and a query are written into one text for Interaction I.
-///
-/// The template must contain `{query}` and `{instruction}` exactly once each; everything
-/// else is literal. The default is the reference code's order, query first:
-/// `"{query} {instruction}"`. The paper's order is `"{instruction} {query}"`; e5-style
-/// templates such as `"Instruct: {instruction}\nQuery: {query}"` work too.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct Template {
-    text: String,
-    /// (literal before the first slot, first slot is the query, literal between, literal after)
-    parts: (String, bool, String, String),
-}
-
-impl Default for Template {
-    fn default() -> Self {
-        Self::new("{query} {instruction}").expect("the default template is valid")
-    }
-}
-
-impl Template {
-    /// Parses a template; fails with [`Error::Template`] unless both slots occur exactly once.
-    pub fn new(text: &str) -> Result<Self> {
-        let bad = |problem: &str| Error::Template {
-            template: text.to_string(),
-            problem: problem.to_string(),
-        };
-        for slot in ["{query}", "{instruction}"] {
-            match text.matches(slot).count() {
-                1 => {}
-                0 => return Err(bad(&format!("missing {slot}"))),
-                _ => return Err(bad(&format!("{slot} occurs more than once"))),
-            }
-        }
-        let q = text.find("{query}").expect("checked");
-        let i = text.find("{instruction}").expect("checked");
-        let (first, first_len, second, second_len) = if q < i {
-            (q, "{query}".len(), i, "{instruction}".len())
-        } else {
-            (i, "{instruction}".len(), q, "{query}".len())
-        };
-        let parts = (
-            text[..first].to_string(),
-            q < i,
-            text[first + first_len..second].to_string(),
-            text[second + second_len..].to_string(),
-        );
-        Ok(Self {
-            text: text.to_string(),
-            parts,
-        })
-    }
-
-    /// The template text.
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
-
-    /// Fills the slots (the instruction and query are inserted verbatim, even if they
-    /// themselves contain `{query}`).
-    pub fn render(&self, instruction: &str, query: &str) -> String {
-        let (before, query_first, between, after) = &self.parts;
-        let (a, b) = if *query_first {
-            (query, instruction)
-        } else {
-            (instruction, query)
-        };
-        format!("{before}{a}{between}{b}{after}")
-    }
-}
-
-impl TryFrom<String> for Template {
-    type Error = Error;
-    fn try_from(s: String) -> Result<Self> {
-        Self::new(&s)
-    }
-}
-
-impl From<Template> for String {
-    fn from(t: Template) -> String {
-        t.text
-    }
-}
 
 /// Which form of Interaction II combines an instruction with a query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

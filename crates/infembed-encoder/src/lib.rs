@@ -14,8 +14,9 @@
 //! - **Pooling** ([`Pooling`]: `cls | mean | last`, masked) and L2 normalization, chosen by
 //!   sentence-transformers' `modules.json` / `1_Pooling/config.json` /
 //!   `sentence_bert_config.json` when present.
-//! - **Instruction-query interactions** ([`interaction`]): Interaction I (a [`Template`]
-//!   joins instruction and query, encoded together) and Interaction II (encoded apart and
+//! - **Instruction-query interactions** ([`interaction`]): Interaction I (a [`QueryTemplate`],
+//!   the data crate's template type shared with BM25, joins instruction and query, encoded
+//!   together) and Interaction II (encoded apart and
 //!   combined by [`CrossAttention`], vector or token level).
 //! - **The dual encoder** ([`DualEncoder`]): shared or separate towers, query/passage
 //!   maximum lengths and prefixes, and [`DualEncoder::encode_batch`] returning the
@@ -59,7 +60,8 @@ pub use dual::{
 };
 pub use encoder::{Encoded, TextEncoder, TokenStates, tensor_rows};
 pub use error::{Error, Result};
-pub use interaction::{CrossAttention, CrossAttentionConfig, CrossAttentionKind, Template};
+pub use infembed_data::QueryTemplate;
+pub use interaction::{CrossAttention, CrossAttentionConfig, CrossAttentionKind};
 pub use pool::{Pooling, l2_normalize, pool};
 pub use tokenize::{TextTokenizer, TokenBatch};
 

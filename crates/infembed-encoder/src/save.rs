@@ -136,28 +136,31 @@ impl DualEncoder {
     /// (normalized, query maximum length), plus the files listed in the [module docs](self).
     pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
         let dir = dir.as_ref();
-        let d = self.arch.hidden_size();
-        let max_q = self.config.query_max_length.min(self.arch.max_positions());
+        let d = self.arch().hidden_size();
+        let max_q = self
+            .config()
+            .query_max_length
+            .min(self.arch().max_positions());
         let max_p = self
-            .config
+            .config()
             .passage_max_length
-            .min(self.arch.max_positions());
+            .min(self.arch().max_positions());
         save_tower(
-            &self.model.query_tower,
-            &self.source_dir,
+            &self.model().query_tower,
+            self.source_dir(),
             dir,
-            self.pooling,
+            self.pooling(),
             true,
             max_q,
             d,
         )?;
         let passage_dir = dir.join(PASSAGE_TOWER_DIR);
-        if let Some(p) = &self.model.passage_tower {
+        if let Some(p) = &self.model().passage_tower {
             save_tower(
                 p,
-                &self.source_dir,
+                self.source_dir(),
                 &passage_dir,
-                self.pooling,
+                self.pooling(),
                 true,
                 max_p,
                 d,
@@ -166,13 +169,13 @@ impl DualEncoder {
             std::fs::remove_dir_all(&passage_dir).map_err(|e| Error::io(&passage_dir, e))?;
         }
         let inter = dir.join(INTERACTION_FILE);
-        if let Some(c) = &self.model.cross {
+        if let Some(c) = &self.model().cross {
             weights::save_from(c, &inter, &[])?;
         } else if inter.exists() {
             std::fs::remove_file(&inter).map_err(|e| Error::io(&inter, e))?;
         }
-        let mut config = self.config.clone();
-        config.pooling = Some(self.pooling);
+        let mut config = self.config().clone();
+        config.pooling = Some(self.pooling());
         write_json(&dir.join(ENCODER_CONFIG_FILE), &config)
     }
 
@@ -189,8 +192,7 @@ impl DualEncoder {
         };
         let mut shared = config.clone();
         shared.towers = Towers::Shared;
-        let mut enc = DualEncoder::from_dir(dir, shared, device)?;
-        enc.config = config.clone();
+        let mut enc = DualEncoder::from_dir(dir, shared, device)?.with_config(config.clone());
         if config.towers == Towers::Separate {
             let pdir = dir.join(PASSAGE_TOWER_DIR);
             if !pdir.is_dir() {
@@ -200,9 +202,9 @@ impl DualEncoder {
                 });
             }
             let arch = crate::config::ArchitectureConfig::from_dir(&pdir)?;
-            enc.model.passage_tower = Some(Backbone::load(&arch, &pdir, device)?);
+            enc.model_mut().passage_tower = Some(Backbone::load(&arch, &pdir, device)?);
         }
-        if let Some(cross) = enc.model.cross.as_mut() {
+        if let Some(cross) = enc.model_mut().cross.as_mut() {
             let path = dir.join(INTERACTION_FILE);
             weights::load_into(cross, &path, &[])?;
         }

@@ -7,39 +7,43 @@ use burn::nn::LinearConfig;
 use burn::prelude::*;
 use common::*;
 use infembed_encoder::interaction::{combine_tokens, combine_vectors};
-use infembed_encoder::{CrossAttention, Template};
+use infembed_encoder::{CrossAttention, QueryTemplate};
 use proptest::prelude::*;
 
+/// The encoder's template is the data crate's `QueryTemplate`, re-exported; these are the
+/// renderings Interaction I relied on before the two template types became one.
 #[test]
 fn templates_render_and_validate() {
-    let t = Template::default();
+    let t = QueryTemplate::default();
     assert_eq!(
-        t.render("be brief", "what is rust"),
+        t.render("what is rust", Some("be brief")),
         "what is rust be brief"
     );
-    let paper = Template::new("{instruction} {query}").unwrap();
+    let paper = QueryTemplate::new("{instruction} {query}").unwrap();
     assert_eq!(
-        paper.render("be brief", "what is rust"),
+        paper.render("what is rust", Some("be brief")),
         "be brief what is rust"
     );
-    let e5 = Template::new("Instruct: {instruction}\nQuery: {query}").unwrap();
+    let e5 = QueryTemplate::new("Instruct: {instruction}\nQuery: {query}").unwrap();
     assert_eq!(
-        e5.render("find news", "cats"),
+        e5.render("cats", Some("find news")),
         "Instruct: find news\nQuery: cats"
     );
     // Slot-like text inside the values is inserted verbatim.
-    assert_eq!(t.render("{query}", "q"), "q {query}");
+    assert_eq!(t.render("q", Some("{query}")), "q {query}");
+    // An empty instruction keeps the separator (as Interaction I always rendered it).
+    assert_eq!(t.render("q", Some("")), "q ");
     for bad in [
-        "{query}",
         "{instruction}",
         "{query} {query} {instruction}",
+        "{query} {instruction} {instruction}",
         "plain",
     ] {
-        assert!(Template::new(bad).is_err(), "{bad:?} must be rejected");
+        assert!(QueryTemplate::new(bad).is_err(), "{bad:?} must be rejected");
     }
     let json = serde_json::to_string(&e5).unwrap();
-    assert_eq!(serde_json::from_str::<Template>(&json).unwrap(), e5);
-    assert!(serde_json::from_str::<Template>("\"no slots\"").is_err());
+    assert_eq!(serde_json::from_str::<QueryTemplate>(&json).unwrap(), e5);
+    assert!(serde_json::from_str::<QueryTemplate>("\"no slots\"").is_err());
 }
 
 type Mat = Vec<Vec<f32>>;

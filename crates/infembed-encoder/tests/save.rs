@@ -105,8 +105,9 @@ fn dual_encoder_round_trip_with_separate_towers_and_cross_weights() {
     };
     let mut enc = DualEncoder::from_dir(&src, cfg, &device()).unwrap();
     // Train the towers apart (different nudges) and the cross weights.
-    enc.model.passage_tower = enc.model.passage_tower.take().map(|p| p.map(&mut Nudge));
-    enc.model.cross = enc.model.cross.take().map(|c| c.map(&mut Nudge));
+    let model = enc.model_mut();
+    model.passage_tower = model.passage_tower.take().map(|p| p.map(&mut Nudge));
+    model.cross = model.cross.take().map(|c| c.map(&mut Nudge));
     let pairs = [("find news", "cats"), ("ships", "ocean")];
     let q = rows(enc.encode_queries(&pairs).unwrap().embeddings);
     let p = rows(enc.encode_passages(&TEXTS).unwrap().embeddings);
@@ -115,8 +116,8 @@ fn dual_encoder_round_trip_with_separate_towers_and_cross_weights() {
     enc.save(out.path()).unwrap();
     assert!(out.path().join("passage_tower/model.safetensors").exists());
     let back = DualEncoder::load_saved(out.path(), &device()).unwrap();
-    assert_eq!(back.config.towers, Towers::Separate);
-    assert_eq!(back.config.query_max_length, 12);
+    assert_eq!(back.config().towers, Towers::Separate);
+    assert_eq!(back.config().query_max_length, 12);
     assert_same(
         &rows(back.encode_queries(&pairs).unwrap().embeddings),
         &q,

@@ -190,7 +190,7 @@ fn parse_record(
 
 /// A short description of a model for indexes and errors: its directory as given.
 fn encoder_source(encoder: &DualEncoder) -> String {
-    encoder.source_dir.display().to_string()
+    encoder.source_dir().display().to_string()
 }
 
 /// Embeds `records` with `encoder` on the given side into an [`EmbeddingIndex`] whose `model` is

@@ -18,9 +18,7 @@ use burn::tensor::Device;
 use infembed_data::{ReadMode, read_records, record_rows};
 use infembed_encoder::{DualEncoder, EncoderConfig};
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
-use infembed_train::TrainBatch;
-use infembed_train::optim::{adamw, clip_global_norm};
-use infembed_train::step::{full_batch_step, grad_cache_step};
+use infembed_train::{TrainBatch, adamw, clip_global_norm, full_batch_step, grad_cache_step};
 
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -55,7 +53,7 @@ fn main() -> Result<()> {
     let plain = Device::default();
     let loaded = DualEncoder::from_dir(model, config, &plain)
         .with_context(|| format!("{model} (run `cargo xtask fetch-model`)"))?;
-    let mut encoder = loaded.with_model(loaded.model.clone().train(), &plain.autodiff());
+    let mut encoder = loaded.with_model(loaded.model().clone().train(), &plain.autodiff());
     let loss = LossConfig::new(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]).init()?;
     let mut optim = adamw(&Default::default());
     let mut times = Vec::new();
@@ -68,10 +66,10 @@ fn main() -> Result<()> {
         };
         let t_fb = t.elapsed().as_secs_f64();
         let mut grads = out.grads;
-        clip_global_norm(&encoder.model, &mut grads, 1.0);
+        clip_global_norm(encoder.model(), &mut grads, 1.0);
         let t_clip = t.elapsed().as_secs_f64();
-        let model = optim.step(5e-5, encoder.model.clone(), grads);
-        encoder = encoder.with_model(model, &encoder.device().clone());
+        let model = optim.step(5e-5, encoder.model().clone(), grads);
+        encoder.set_model(model);
         let secs = t.elapsed().as_secs_f64();
         texts = out.texts;
         eprintln!(

@@ -1,5 +1,5 @@
 //! From records to contrastive batches: the epoch order, the 3 rows per record, the
-//! instruction negatives and the duplicate masks.
+//! instruction negatives (drawn by [`crate::negatives`]) and the duplicate masks.
 //!
 //! Every random choice is a pure function of `(seed, epoch)` (the order of records) or
 //! `(seed, step)` (the instruction negatives), so a resumed run draws exactly what an
@@ -8,13 +8,13 @@
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use infembed_data::{InfIrRecord, Row, record_rows};
 use infembed_encoder::Interaction;
-use infembed_encoder::dual::{all_other_rows, sample_other_rows};
 use infembed_losses::NegativeMask;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::Result;
+use crate::negatives::instruction_rows;
 
 /// One contrastive batch: `3R` rows and, for each row, the rows whose instructions are its
 /// instruction negatives.
@@ -31,7 +31,9 @@ pub struct TrainBatch {
 
 impl TrainBatch {
     /// Builds the batch of `records` (indices into `all`): flattens them and draws the
-    /// instruction negatives for `interaction` with a generator seeded by `(seed, step)`.
+    /// instruction negatives for `interaction` with a generator seeded by `(seed, step)`
+    /// (K per row as [`instruction_negatives_per_row`](crate::instruction_negatives_per_row)
+    /// says).
     pub fn new(
         all: &[InfIrRecord],
         records: &[usize],
@@ -43,19 +45,8 @@ impl TrainBatch {
             .iter()
             .flat_map(|&r| record_rows(r, &all[r]))
             .collect();
-        let n = rows.len();
-        let instruction_rows = match interaction {
-            Interaction::SelfAttention {
-                instruction_negatives,
-                ..
-            } => {
-                let k = instruction_negatives
-                    .unwrap_or((n / 2).saturating_sub(1))
-                    .clamp(1, n.saturating_sub(1).max(1));
-                sample_other_rows(n, k, &mut step_rng(seed, step))?
-            }
-            Interaction::CrossAttention(_) => all_other_rows(n)?,
-        };
+        let instruction_rows =
+            instruction_rows(interaction, rows.len(), &mut step_rng(seed, step))?;
         Ok(Self {
             rows,
             instruction_rows,
@@ -108,7 +99,7 @@ impl TrainBatch {
 }
 
 /// The order of the `n` records in `epoch` (a seeded shuffle).
-pub fn epoch_order(n: usize, seed: u64, epoch: usize) -> Vec<usize> {
+pub(crate) fn epoch_order(n: usize, seed: u64, epoch: usize) -> Vec<usize> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(epoch as u64);
     let mut order: Vec<usize> = (0..n).collect();
@@ -118,7 +109,7 @@ pub fn epoch_order(n: usize, seed: u64, epoch: usize) -> Vec<usize> {
 
 /// Batches of an epoch: consecutive chunks of [`epoch_order`], the last one shorter unless
 /// `drop_last`.
-pub fn epoch_batches(
+pub(crate) fn epoch_batches(
     n: usize,
     records_per_batch: usize,
     drop_last: bool,
@@ -133,7 +124,7 @@ pub fn epoch_batches(
 }
 
 /// SplitMix64 of `(a, b)`: a well-spread 64-bit value for deriving seeds.
-pub fn mix(a: u64, b: u64) -> u64 {
+pub(crate) fn mix(a: u64, b: u64) -> u64 {
     let mut z = a
         .wrapping_add(b.wrapping_mul(0x9E37_79B9_7F4A_7C15))
         .wrapping_add(0x9E37_79B9_7F4A_7C15);

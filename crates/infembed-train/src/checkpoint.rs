@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 
 /// One evaluation or logging point of the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct HistoryEntry {
     /// Optimizer steps done when the entry was made.
     pub step: usize,
@@ -34,6 +35,7 @@ pub struct HistoryEntry {
 
 /// Everything besides the tensors that a resumed run needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TrainState {
     /// Optimizer steps done.
     pub step: usize,
@@ -52,7 +54,7 @@ pub struct TrainState {
 }
 
 /// The checkpoint folder of an output directory.
-pub fn checkpoints_dir(output_dir: &Path) -> PathBuf {
+pub(crate) fn checkpoints_dir(output_dir: &Path) -> PathBuf {
     output_dir.join("checkpoints")
 }
 
@@ -67,13 +69,13 @@ fn sync_dir(path: &Path) -> Result<()> {
 
 /// Writes `bytes` to `path` atomically and durably ([`infembed_data::write_atomic`]: a synced
 /// temporary file in the same folder, renamed, then the folder synced).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     infembed_data::write_atomic(path, bytes).map_err(|e| Error::io(path, e))
 }
 
 /// Saves a checkpoint atomically and keeps only the newest `keep` step checkpoints.
 /// Returns its directory.
-pub fn save(
+pub(crate) fn save(
     output_dir: &Path,
     state: &TrainState,
     model: &[u8],
@@ -131,7 +133,7 @@ fn prune(root: &Path, keep: usize, newest: &str) -> Result<()> {
 
 /// A checkpoint read back.
 #[derive(Debug)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     /// Its directory.
     pub dir: PathBuf,
     /// The state.
@@ -143,7 +145,7 @@ pub struct Loaded {
 }
 
 /// The checkpoint `checkpoints/latest` names, or `None` when the output directory has none.
-pub fn load_latest(output_dir: &Path) -> Result<Option<Loaded>> {
+pub(crate) fn load_latest(output_dir: &Path) -> Result<Option<Loaded>> {
     let root = checkpoints_dir(output_dir);
     let latest = root.join("latest");
     if !latest.exists() {
@@ -174,7 +176,7 @@ pub fn load_latest(output_dir: &Path) -> Result<Option<Loaded>> {
 
 /// The top-level keys whose values differ between two configs (for a clear refusal to
 /// resume under another config). `max_steps`, `eval` and `checkpoint` may change.
-pub fn config_differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
+pub(crate) fn config_differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return vec!["<root>".into()];
     };

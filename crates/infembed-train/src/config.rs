@@ -15,10 +15,12 @@ use crate::error::{Error, Result};
 /// A complete training run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct TrainConfig {
     /// The backbone: a local Hugging Face / sentence-transformers model directory.
     pub model: PathBuf,
-    /// Where checkpoints, the final model (`final/`), `history.jsonl` and the plot go.
+    /// Where checkpoints (`checkpoints/`), the final model (`final/`), the history
+    /// (`history.json`) and its chart (`training.svg`) go.
     pub output_dir: PathBuf,
     /// Seed of every random choice (data order, instruction negatives).
     #[serde(default = "default_seed")]
@@ -54,13 +56,15 @@ pub struct TrainConfig {
 /// Where the records come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct DataConfig {
     /// InF-IR-format training records (JSONL or Parquet).
     pub train: PathBuf,
     /// InF-IR-format development records, evaluated with the held-out FollowIR protocol.
     #[serde(default)]
     pub dev: Option<PathBuf>,
-    /// Distractor passages added to the development corpus (JSONL with `id`, `text`).
+    /// Distractor passages added to the development corpus (JSONL, one object per line with
+    /// a unique `passage_id` and a non-empty `passage`).
     #[serde(default)]
     pub distractors: Option<PathBuf>,
     /// Skip malformed records (reported) instead of failing on the first one.
@@ -71,6 +75,7 @@ pub struct DataConfig {
 /// AdamW with a linear (or constant) schedule, as Hugging Face's trainer applies it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct OptimizerConfig {
     /// Peak learning rate (paper: 5e-5).
     #[serde(default = "default_lr")]
@@ -116,6 +121,7 @@ pub enum Schedule {
 /// How rows are grouped into optimizer steps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct BatchConfig {
     /// InF-IR records per contrastive batch (each gives 3 rows; paper recipe: 4 -> 12 rows).
     #[serde(default = "default_records")]
@@ -143,6 +149,7 @@ pub struct BatchConfig {
 /// When the development set is evaluated.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct EvalSchedule {
     /// Evaluate before the first step (the zero-shot baseline).
     #[serde(default = "default_true")]
@@ -155,6 +162,7 @@ pub struct EvalSchedule {
 /// When checkpoints are written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct CheckpointConfig {
     /// Every N optimizer steps (and always at the end); `None` = only at the end.
     #[serde(default)]
@@ -375,6 +383,8 @@ impl TrainConfig {
         if self.checkpoint.keep == 0 {
             return bad("checkpoint.keep", "must be at least 1");
         }
+        // The instruction-negative rule (crate::negatives): a K that no full batch holds is
+        // an error here; a shorter last batch clamps.
         if let Interaction::SelfAttention {
             instruction_negatives: Some(k),
             ..
@@ -453,6 +463,32 @@ mod tests {
         assert_eq!(cfg.seed, 42);
     }
 
+    /// The Interaction I template of a training config, in both spellings, as TOML.
+    #[test]
+    fn templates_are_read_from_toml() {
+        for (text, rendered) in [("{query} {instruction}", "q i"), ("{I}: {Q}", "i: q")] {
+            let toml_text = format!(
+                "model = \"m\"\noutput_dir = \"o\"\n[data]\ntrain = \"t.jsonl\"\n\
+                 [encoder.interaction]\ntype = \"self_attention\"\ntemplate = {text:?}\n"
+            );
+            let cfg: TrainConfig = toml::from_str(&toml_text).unwrap();
+            let Interaction::SelfAttention { template, .. } = &cfg.encoder.interaction else {
+                panic!("not Interaction I");
+            };
+            assert_eq!(template.as_str(), text);
+            assert_eq!(template.render("q", Some("i")), rendered);
+            // Written back (as the checkpoint's config is) unchanged.
+            let json = serde_json::to_value(&cfg).unwrap();
+            assert_eq!(json["encoder"]["interaction"]["template"], text);
+        }
+        let err = toml::from_str::<TrainConfig>(
+            "model = \"m\"\noutput_dir = \"o\"\n[data]\ntrain = \"t\"\n\
+             [encoder.interaction]\ntype = \"self_attention\"\ntemplate = \"{q} {I}\"\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("{q} {I}"), "{err}");
+    }
+
     #[test]
     fn unknown_keys_are_errors() {
         let err = toml::from_str::<TrainConfig>(
@@ -476,6 +512,26 @@ mod tests {
                 .to_string()
                 .contains("batch.records")
         );
+        // An instruction-negative count that no full batch holds (3 records = 9 rows, 8
+        // other rows) is refused naming its key; the largest possible one passes this check.
+        let mut cfg = TrainConfig::new(".", "Cargo.toml", "out");
+        cfg.batch.records = 3;
+        cfg.encoder.interaction = Interaction::SelfAttention {
+            template: infembed_encoder::QueryTemplate::default(),
+            instruction_negatives: Some(9),
+        };
+        let err = cfg.validate().unwrap_err();
+        assert!(
+            matches!(&err, Error::Config { field, .. } if field == "encoder.interaction.instruction_negatives"),
+            "{err}"
+        );
+        cfg.encoder.interaction = Interaction::SelfAttention {
+            template: infembed_encoder::QueryTemplate::default(),
+            instruction_negatives: Some(8),
+        };
+        if let Err(err) = cfg.validate() {
+            assert!(!err.to_string().contains("instruction_negatives"), "{err}");
+        }
         let mut cfg = TrainConfig::new("/nonexistent/model", "Cargo.toml", "out");
         cfg.epochs = 1;
         let err = cfg.validate().unwrap_err().to_string();

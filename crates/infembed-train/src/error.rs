@@ -47,6 +47,10 @@ pub enum Error {
     /// The encoder failed (loading, tokenizing, encoding, saving).
     #[error(transparent)]
     Encoder(#[from] infembed_encoder::Error),
+    /// A batch cannot be formed (for example instruction negatives asked of a batch with
+    /// fewer than 2 rows).
+    #[error("invalid batch: {0}")]
+    Batch(String),
     /// The loss rejected its config or its inputs.
     #[error(transparent)]
     Loss(#[from] infembed_losses::Error),

@@ -9,32 +9,41 @@
 //! 1. [`TrainConfig`] (one TOML or JSON file, validated before any work) names the backbone,
 //!    the data, the encoder settings, the objective, AdamW, the batch and the schedules.
 //! 2. Each epoch shuffles the records with a seeded generator; `batch.records` records make
-//!    a contrastive batch of `3R` rows (I+Q+ -> P+, I-Q+ -> P1-, I+Q- -> P2-), and each row
-//!    gets K instruction negatives drawn with a generator seeded by the step ([`batch`]).
+//!    a contrastive batch of `3R` rows (I+Q+ -> P+, I-Q+ -> P1-, I+Q- -> P2-) ([`TrainBatch`]),
+//!    and each row gets K instruction negatives drawn with a generator seeded by the step
+//!    (this crate owns that rule: [`instruction_negatives_per_row`]).
 //! 3. The encoder embeds passages, own pairs and the instruction-negative pairs (distinct
-//!    texts once), the loss sees the embeddings with duplicates masked ([`step`]); in one pass
-//!    with a graph, or with GradCache in chunks of any size.
-//! 4. Gradients of `batch.accumulation` batches are averaged, clipped to a global norm and
-//!    applied by burn-optim's AdamW at the linear/constant schedule's rate ([`optim`]).
+//!    texts once), the loss sees the embeddings with duplicates masked; in one pass with a
+//!    graph ([`full_batch_step`]), or with GradCache in chunks of any size
+//!    ([`grad_cache_step`]).
+//! 4. Gradients of `batch.accumulation` batches are averaged, clipped to a global norm
+//!    ([`clip_global_norm`]) and applied by burn-optim's AdamW ([`adamw`]) at the
+//!    linear/constant schedule's rate ([`learning_rate`]); only the encoder's weights are
+//!    swapped, its tokenizer and settings are shared.
 //! 5. The development set is evaluated through a [`DevEvaluator`] (the facade crate's
-//!    FollowIR harness), checkpoints are written atomically and resume bit-identically
-//!    ([`checkpoint`]), and the end of the run saves a sentence-transformers directory, the
-//!    history and an SVG chart ([`plot`]).
+//!    FollowIR harness), checkpoints (`<output_dir>/checkpoints/step-N/`) are written
+//!    atomically and resume bit-identically ([`Trainer::resume`]), and the end of the run
+//!    saves a sentence-transformers directory (`final/`), the history (`history.json`) and an
+//!    SVG chart (`training.svg`).
 //!
-//! `learner` (cargo feature `learner`, on by default) plugs the same step into burn-train's
-//! `Learner` (`TrainStep`/`InferenceStep`); without it burn-train is not compiled.
+//! [`Trainer`] is the driver; the step functions and the optimizer helpers are public for
+//! loops of one's own. Diagnostics go to the [`log`](https://docs.rs/log) facade; progress
+//! goes to the display chosen with [`ProgressMode`] (plain lines on stderr, or burn-train's
+//! terminal dashboard with the `tui` feature).
+//!
+//! Cargo features: `tui` (the dashboard), `cuda` / `tch` (backends), `test-hooks` (hooks
+//! for this crate's own tests, such as stopping a run early; not part of the API).
 
-pub mod batch;
-pub mod checkpoint;
-pub mod config;
-pub mod error;
-#[cfg(feature = "learner")]
-pub mod learner;
-pub mod optim;
-pub mod plot;
-pub mod progress;
-pub mod step;
-pub mod trainer;
+mod batch;
+mod checkpoint;
+mod config;
+mod error;
+mod negatives;
+mod optim;
+mod plot;
+mod progress;
+mod step;
+mod trainer;
 
 pub use batch::TrainBatch;
 pub use checkpoint::{HistoryEntry, TrainState};
@@ -42,7 +51,8 @@ pub use config::{
     BatchConfig, CheckpointConfig, DataConfig, EvalSchedule, OptimizerConfig, Schedule, TrainConfig,
 };
 pub use error::{DashboardProblem, Error, Result};
-#[cfg(feature = "learner")]
-pub use learner::{InfEmbedLearnerModel, StepContext};
+pub use negatives::instruction_negatives_per_row;
+pub use optim::{adamw, clip_global_norm, global_norm, learning_rate, warmup_steps};
 pub use progress::ProgressMode;
-pub use trainer::{DevEvaluator, TrainSummary, Trainer, steps_per_epoch};
+pub use step::{StepGrads, full_batch_step, grad_cache_step};
+pub use trainer::{DevEvaluator, TrainSummary, Trainer, describe, steps_per_epoch};

@@ -111,7 +111,7 @@ fn panel(out: &mut String, left: f64, title: &str, series: &[Series], max_step: 
 }
 
 /// The SVG document for `history`.
-pub fn history_svg(history: &[HistoryEntry]) -> String {
+pub(crate) fn history_svg(history: &[HistoryEntry]) -> String {
     let max_step = history.iter().map(|h| h.step).max().unwrap_or(1) as f64;
     let loss = Series {
         name: "training loss (mean since the previous point)".into(),

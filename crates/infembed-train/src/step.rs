@@ -8,7 +8,8 @@
 //!
 //! [`grad_cache_step`] follows Gao et al. (2021), "Scaling Deep Contrastive Learning Batch
 //! Size under Memory Limited Setup": (1) embed every distinct text of the batch in chunks
-//! with the model in validation mode (no graph is kept); (2) make those embeddings leaf
+//! with the model as it trains (dropout on, see below), keeping only each chunk's values so
+//! that its graph is dropped at once; (2) make those embeddings leaf
 //! tensors, compute the loss over the whole batch and its gradient with respect to each
 //! embedding; (3) re-embed each chunk with a graph and backpropagate `sum(e * cached_grad)`,
 //! whose parameter gradient is exactly the chunk's share of the full gradient; (4) sum the
@@ -90,7 +91,7 @@ pub fn full_batch_step(
         .first()
         .is_some_and(|l| !l.is_empty());
     let (p, iq, iq_instr, texts) = if with_instr {
-        let e = encoder.encode_batch_with(&rows, &batch.instruction_rows)?;
+        let e = encoder.encode_batch(&rows, &batch.instruction_rows)?;
         (e.p, e.iq, Some(e.iq_instr), e.texts_encoded)
     } else {
         let passages: Vec<&str> = rows.iter().map(|r| r.passage).collect();
@@ -105,7 +106,7 @@ pub fn full_batch_step(
     let grads = value.mul_scalar(weight).backward();
     Ok(StepGrads {
         loss: loss_value,
-        grads: GradientsParams::from_grads(grads, &encoder.model),
+        grads: GradientsParams::from_grads(grads, encoder.model()),
         texts,
     })
 }
@@ -129,8 +130,11 @@ fn embed_chunks(
     Ok(Tensor::cat(parts, 0))
 }
 
-/// GradCache over Interaction I (see the [module docs](self)): at most `chunk` texts per
-/// forward pass. Gradients equal [`full_batch_step`]'s up to float rounding.
+/// GradCache over Interaction I (Gao et al. 2021): embed every distinct text in chunks
+/// without keeping graphs, take the loss gradient with respect to each embedding, then
+/// re-embed each chunk with a graph and backpropagate its cached gradient; at most `chunk`
+/// texts per forward pass. Dropout masks are replayed per chunk from the batch's seed.
+/// Gradients equal [`full_batch_step`]'s up to float rounding (without dropout).
 pub fn grad_cache_step(
     encoder: &DualEncoder,
     batch: &TrainBatch,
@@ -195,8 +199,8 @@ pub fn grad_cache_step(
             let surrogate = (e * g).sum();
             let grads = surrogate.backward();
             acc.accumulate(
-                &encoder.model,
-                GradientsParams::from_grads(grads, &encoder.model),
+                encoder.model(),
+                GradientsParams::from_grads(grads, encoder.model()),
             );
         }
     }

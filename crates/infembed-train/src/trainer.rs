@@ -4,9 +4,9 @@
 //! (3 rows each); each batch's loss is computed over its own rows only (in-batch negatives
 //! never cross batches or devices), its gradient weighted by `1 / accumulation`, the sum
 //! clipped to `optimizer.max_grad_norm` (global L2 norm) and applied by AdamW at the
-//! scheduled learning rate. With the `learner` feature the same step also runs under
-//! burn-train's `Learner` (`TrainStep`, see the `learner` module); this loop keeps the
-//! optimizer itself so that a checkpoint holds its state together with the data position.
+//! scheduled learning rate. The loop keeps the optimizer itself so that a checkpoint holds
+//! its state together with the data position. After a step only the weights of the
+//! [`DualEncoder`] are replaced; its tokenizer and settings are shared, not copied.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -40,6 +40,7 @@ pub trait DevEvaluator {
 
 /// What a finished (or stopped) run reports.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TrainSummary {
     /// Optimizer steps done.
     pub steps: usize,
@@ -113,8 +114,8 @@ impl Trainer {
         };
         let set = read_records(&config.data.train, mode)?;
         if !set.skipped.is_empty() {
-            eprintln!(
-                "warning: {}: skipped {} malformed record(s) at {:?}",
+            log::warn!(
+                "{}: skipped {} malformed record(s) at {:?}",
                 config.data.train.display(),
                 set.skipped.len(),
                 set.skipped_locations()
@@ -141,7 +142,7 @@ impl Trainer {
         let needs_instructions = loss.objective().variables().contains(Variable::I);
         let plain = device.clone().inner();
         let loaded = DualEncoder::from_dir(&config.model, config.encoder.clone(), &plain)?;
-        let encoder = loaded.with_model(loaded.model.clone().train(), &plain.autodiff());
+        let encoder = loaded.with_model(loaded.model().clone().train(), &plain.autodiff());
         let optim = adamw(&config.optimizer);
         let per_epoch = steps_per_epoch(&config, records.len());
         let total = config.max_steps.map_or(per_epoch * config.epochs, |m| {
@@ -217,12 +218,13 @@ impl Trainer {
     /// The current weights in validation mode on the plain device (for evaluation or saving).
     pub fn encoder(&self) -> DualEncoder {
         let plain = self.encoder.device().clone().inner();
-        self.encoder.with_model(self.encoder.model.valid(), &plain)
+        self.encoder
+            .with_model(self.encoder.model().valid(), &plain)
     }
 
     /// The trainable modules (on the autodiff device).
     pub fn model(&self) -> &DualEncoderModel {
-        &self.encoder.model
+        self.encoder.model()
     }
 
     /// Restores the newest checkpoint of `output_dir`, if there is one. Returns whether it
@@ -254,16 +256,14 @@ impl Trainer {
         // A checkpoint of another model (other widths) is a typed error, not burn's panic.
         let model = self
             .encoder
-            .model
+            .model()
             .clone()
             .try_load_record(record)
             .map_err(|source| Error::Record {
                 path: path.clone(),
                 source,
             })?;
-        self.encoder = self
-            .encoder
-            .with_model(model, &self.encoder.device().clone());
+        self.encoder.set_model(model);
         let opath = loaded.dir.join("optimizer.bpk");
         self.optim = self
             .optim
@@ -293,7 +293,7 @@ impl Trainer {
         let root = checkpoint::checkpoints_dir(&self.config.output_dir);
         let model = self
             .encoder
-            .model
+            .model()
             .clone()
             .into_record()
             .into_bytes()
@@ -314,11 +314,11 @@ impl Trainer {
         )
     }
 
-    /// A progress note: to the open display while training, else a plain line.
+    /// A progress note: to the open display while training, else to the `log` facade (info).
     fn log(&mut self, line: &str) {
         match self.sink.as_mut() {
             Some(sink) => sink.note(line),
-            None if !self.quiet => eprintln!("{line}"),
+            None if !self.quiet => log::info!("{line}"),
             None => {}
         }
     }
@@ -355,13 +355,20 @@ impl Trainer {
     /// configured, then saves the model to `<output_dir>/final` and the history to
     /// `<output_dir>/history.json`.
     pub fn run(&mut self) -> Result<TrainSummary> {
-        self.run_until(None)
+        self.run_inner(None)
     }
 
-    /// As [`run`](Self::run), but returns after optimizer step `stop_after` (once its
+    /// Test hook (the `test-hooks` feature, which this crate's own tests enable): as
+    /// [`run`](Self::run), but returns after optimizer step `stop_after` (once its
     /// checkpoint, if one was due, is written) without saving a final model: a stand-in for
     /// a crash in resume tests.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     pub fn run_until(&mut self, stop_after: Option<usize>) -> Result<TrainSummary> {
+        self.run_inner(stop_after)
+    }
+
+    fn run_inner(&mut self, stop_after: Option<usize>) -> Result<TrainSummary> {
         self.sink = Some(progress::open(self.progress, self.quiet)?);
         let out = self.train_loop(stop_after);
         // Finished, stopped or failed: close the display (the dashboard gives the terminal
@@ -571,23 +578,23 @@ impl Trainer {
                 });
             }
             loss_sum += out.loss;
-            acc.accumulate(&self.encoder.model, out.grads);
+            acc.accumulate(self.encoder.model(), out.grads);
         }
         let mut grads = acc.grads();
         if let Some(max) = self.config.optimizer.max_grad_norm {
-            clip_global_norm(&self.encoder.model, &mut grads, max);
+            clip_global_norm(self.encoder.model(), &mut grads, max);
         }
         let lr = learning_rate(&self.config.optimizer, step, total);
-        let model = self.encoder.model.clone();
+        // Only the weights change: the encoder's shared context (tokenizer, settings) stays.
+        let model = self.encoder.model().clone();
         let model = self.optim.step(lr, model, grads);
-        self.encoder = self
-            .encoder
-            .with_model(model, &self.encoder.device().clone());
+        self.encoder.set_model(model);
         Ok((loss_sum / group.len() as f32, rows))
     }
 }
 
-/// Reads the training config file and says where the output goes (for command-line tools).
+/// One line saying which model trains into which output directory, with the seed, the epochs
+/// and the batch size (for command-line tools).
 pub fn describe(config: &TrainConfig) -> String {
     format!(
         "model {} -> {} (seed {}, {} epoch(s), {} records per batch)",

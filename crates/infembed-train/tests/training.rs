@@ -1,7 +1,6 @@
 //! Training on the tiny random BERT fixture of the encoder crate: GradCache equals the
-//! full-batch gradient, burn-train's step equals the trainer's, clipping matches a naive
-//! norm, runs are bit-identical for a seed, and a resumed run ends with the same weights as
-//! an uninterrupted one.
+//! full-batch gradient, clipping matches a naive norm, runs are bit-identical for a seed, and
+//! a resumed run ends with the same weights as an uninterrupted one.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -10,12 +9,12 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use infembed_data::InfIrRecord;
-use infembed_encoder::{DualEncoder, DualEncoderModel, EncoderConfig, Interaction, Template};
+use infembed_encoder::{DualEncoder, DualEncoderModel, EncoderConfig, Interaction, QueryTemplate};
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
-use infembed_train::learner::learner_grads;
-use infembed_train::optim::{clip_global_norm, global_norm};
-use infembed_train::step::{full_batch_step, grad_cache_step};
-use infembed_train::{InfEmbedLearnerModel, StepContext, TrainBatch, TrainConfig, Trainer};
+use infembed_train::{
+    TrainBatch, TrainConfig, Trainer, clip_global_norm, full_batch_step, global_norm,
+    grad_cache_step,
+};
 
 fn tiny_bert() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../infembed-encoder/tests/fixtures/tiny-bert")
@@ -100,7 +99,7 @@ fn write_jsonl(path: &Path, records: &[InfIrRecord]) {
 fn encoder_config() -> EncoderConfig {
     EncoderConfig {
         interaction: Interaction::SelfAttention {
-            template: Template::default(),
+            template: QueryTemplate::default(),
             instruction_negatives: Some(4),
         },
         query_max_length: 48,
@@ -117,7 +116,7 @@ fn train_encoder() -> DualEncoder {
 fn train_encoder_from(dir: &Path) -> DualEncoder {
     let plain = Device::flex();
     let e = DualEncoder::from_dir(dir, encoder_config(), &plain).unwrap();
-    e.with_model(e.model.clone().train(), &plain.autodiff())
+    e.with_model(e.model().clone().train(), &plain.autodiff())
 }
 
 /// Every float parameter (or its gradient) as host values, in visit order.
@@ -192,7 +191,7 @@ fn grad_cache_gradients_equal_full_batch_gradients() {
     let dir = tempfile::tempdir().unwrap();
     let encoder = train_encoder_from(&tiny_bert_without_dropout(dir.path()));
     let recs = records(4);
-    let batch = TrainBatch::new(&recs, &[0, 1, 2, 3], &encoder.config.interaction, 5, 0).unwrap();
+    let batch = TrainBatch::new(&recs, &[0, 1, 2, 3], &encoder.config().interaction, 5, 0).unwrap();
     for (kind, terms) in [
         (ObjectiveKind::Multivariate, vec![Variable::P, Variable::I]),
         (
@@ -202,7 +201,7 @@ fn grad_cache_gradients_equal_full_batch_gradients() {
     ] {
         let l = loss(kind, &terms);
         let full = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
-        let full_g = grads_of(&encoder.model, &full.grads);
+        let full_g = grads_of(encoder.model(), &full.grads);
         assert!(full_g.iter().any(|g| g.iter().any(|v| *v != 0.0)));
         for chunk in [1, 4, 1000] {
             let gc = grad_cache_step(&encoder, &batch, &l, true, 1.0, chunk).unwrap();
@@ -212,7 +211,7 @@ fn grad_cache_gradients_equal_full_batch_gradients() {
                 gc.loss,
                 full.loss
             );
-            let diff = max_rel_diff(&full_g, &grads_of(&encoder.model, &gc.grads));
+            let diff = max_rel_diff(&full_g, &grads_of(encoder.model(), &gc.grads));
             assert!(
                 diff < 1e-4,
                 "{kind:?} chunk {chunk}: relative difference {diff}"
@@ -226,13 +225,14 @@ fn dropout_is_active_and_reproducible_per_batch_seed() {
     let _guard = rng_lock();
     let encoder = train_encoder();
     let recs = records(3);
-    let mut batch = TrainBatch::new(&recs, &[0, 1, 2], &encoder.config.interaction, 1, 0).unwrap();
+    let mut batch =
+        TrainBatch::new(&recs, &[0, 1, 2], &encoder.config().interaction, 1, 0).unwrap();
     let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
     let a = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
     let b = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
     assert_eq!(
-        grads_of(&encoder.model, &a.grads),
-        grads_of(&encoder.model, &b.grads)
+        grads_of(encoder.model(), &a.grads),
+        grads_of(encoder.model(), &b.grads)
     );
     batch.dropout_seed ^= 1;
     let c = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
@@ -241,34 +241,9 @@ fn dropout_is_active_and_reproducible_per_batch_seed() {
     let g1 = grad_cache_step(&encoder, &batch, &l, true, 1.0, 4).unwrap();
     let g2 = grad_cache_step(&encoder, &batch, &l, true, 1.0, 4).unwrap();
     assert_eq!(
-        grads_of(&encoder.model, &g1.grads),
-        grads_of(&encoder.model, &g2.grads)
+        grads_of(encoder.model(), &g1.grads),
+        grads_of(encoder.model(), &g2.grads)
     );
-}
-
-#[test]
-fn burn_train_step_equals_the_trainer_step() {
-    let _guard = rng_lock();
-    let encoder = train_encoder();
-    let recs = records(3);
-    let batch = TrainBatch::new(&recs, &[2, 0, 1], &encoder.config.interaction, 1, 3).unwrap();
-    let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
-    let full = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
-    let model = InfEmbedLearnerModel {
-        model: encoder.model.clone(),
-        context: StepContext {
-            encoder: encoder.clone(),
-            loss: l.clone(),
-            mask_duplicates: true,
-            grad_cache_chunk: None,
-        },
-    };
-    let lg = learner_grads(&model, batch);
-    let diff = max_rel_diff(
-        &grads_of(&encoder.model, &full.grads),
-        &grads_of(&encoder.model, &lg),
-    );
-    assert!(diff < 1e-6, "{diff}");
 }
 
 #[test]
@@ -276,23 +251,23 @@ fn clipping_scales_to_the_naive_global_norm() {
     let _guard = rng_lock();
     let encoder = train_encoder();
     let recs = records(2);
-    let batch = TrainBatch::new(&recs, &[0, 1], &encoder.config.interaction, 1, 0).unwrap();
+    let batch = TrainBatch::new(&recs, &[0, 1], &encoder.config().interaction, 1, 0).unwrap();
     let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
     let mut grads = full_batch_step(&encoder, &batch, &l, true, 1.0)
         .unwrap()
         .grads;
-    let naive: f64 = grads_of(&encoder.model, &grads)
+    let naive: f64 = grads_of(encoder.model(), &grads)
         .iter()
         .flatten()
         .map(|v| f64::from(*v) * f64::from(*v))
         .sum::<f64>()
         .sqrt();
-    let norm = global_norm(&encoder.model, &grads);
+    let norm = global_norm(encoder.model(), &grads);
     assert!((norm - naive).abs() <= 1e-4 * naive, "{norm} vs {naive}");
-    let before = grads_of(&encoder.model, &grads);
+    let before = grads_of(encoder.model(), &grads);
     let max = (naive / 4.0) as f32;
-    clip_global_norm(&encoder.model, &mut grads, max);
-    let after = grads_of(&encoder.model, &grads);
+    clip_global_norm(encoder.model(), &mut grads, max);
+    let after = grads_of(encoder.model(), &grads);
     let clipped: f64 = after
         .iter()
         .flatten()

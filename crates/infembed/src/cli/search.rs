@@ -46,7 +46,7 @@ pub fn run(args: &SearchArgs) -> Result<()> {
     } else if let Some(path) = &args.index {
         let index = EmbeddingIndex::load(path)?;
         encoder = load_encoder(&args.model, args.encoder_config.as_deref())?;
-        let ours = encoder.source_dir.display().to_string();
+        let ours = encoder.source_dir().display().to_string();
         if !index.model.is_empty() && index.model != ours {
             eprintln!(
                 "warning: {} was embedded with model {}, searching with {ours}",
@@ -83,7 +83,7 @@ pub fn run(args: &SearchArgs) -> Result<()> {
         let out = serde_json::json!({
             "query": args.query,
             "instruction": args.instruction,
-            "model": encoder.source_dir.display().to_string(),
+            "model": encoder.source_dir().display().to_string(),
             "n_docs": index.len(),
             "hits": hits,
         });

@@ -22,7 +22,7 @@ pub struct TrainArgs {
 
 pub fn run(args: &TrainArgs) -> Result<()> {
     let config = infembed::train::TrainConfig::from_file(&args.config)?;
-    eprintln!("{}", infembed::train::trainer::describe(&config));
+    eprintln!("{}", infembed::train::describe(&config));
     let summary = infembed::train(config, args.resume, args.progress)?;
     eprintln!(
         "done: {} optimizer steps, {:.2} rows/s in this process{}",
