@@ -8,8 +8,8 @@ use burn::prelude::*;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::backbone::Backbone;
-use crate::config::{ArchitectureConfig, SentenceTransformersConfig};
+use crate::models::{ArchitectureConfig, Backbone};
+use crate::config::SentenceTransformersConfig;
 use crate::encoder::{Embedder, Encoded, TruncationCounter};
 use crate::error::{Error, Result};
 use crate::interaction::{

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use burn::prelude::*;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
-use crate::backbone::BackboneInput;
+use crate::models::BackboneInput;
 use crate::error::{Error, Result};
 
 /// Truncating copies of a tokenizer keyed by maximum length, shared between clones.
