@@ -8,7 +8,6 @@ use burn::prelude::*;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::models::{ArchitectureConfig, Backbone};
 use crate::config::SentenceTransformersConfig;
 use crate::encoder::{Embedder, Encoded, TruncationCounter};
 use crate::error::{Error, Result};
@@ -16,6 +15,7 @@ use crate::interaction::{
     CrossAttention, CrossAttentionConfig, CrossAttentionKind, Template, combine_tokens,
     combine_vectors,
 };
+use crate::models::{ArchitectureConfig, Backbone};
 use crate::pool::{Pooling, l2_normalize};
 use crate::tokenize::TextTokenizer;
 

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use burn::prelude::*;
 
-use crate::models::{ArchitectureConfig, Backbone};
 use crate::config::SentenceTransformersConfig;
 use crate::error::{Error, Result};
+use crate::models::{ArchitectureConfig, Backbone};
 use crate::pool::{Pooling, l2_normalize, pool};
 use crate::tokenize::{TextTokenizer, TokenBatch};
 

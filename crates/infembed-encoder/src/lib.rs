@@ -58,7 +58,7 @@ pub use encoder::{Encoded, TextEncoder, TokenStates, tensor_rows};
 pub use error::{Error, Result};
 pub use interaction::{CrossAttention, CrossAttentionConfig, CrossAttentionKind, Template};
 pub use models::{ArchitectureConfig, Backbone, BackboneInput, bert, decoder, modernbert};
-pub use pool::{Pooling, l2_normalize, pool};
+pub use pool::{Pooling, l2_normalize, l2_normalize3, pool};
 pub use save::{ENCODER_CONFIG_FILE, INTERACTION_FILE, PASSAGE_TOWER_DIR, safetensors_keys};
 pub use tokenize::{TextTokenizer, TokenBatch};
 

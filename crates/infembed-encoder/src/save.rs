@@ -16,11 +16,11 @@ use std::path::Path;
 
 use burn::prelude::*;
 
-use crate::models::Backbone;
 use crate::config::{StBertConfig, StModule, StPoolingConfig, read_json, write_json};
 use crate::dual::{DualEncoder, EncoderConfig, Towers};
 use crate::encoder::TextEncoder;
 use crate::error::{Error, Result};
+use crate::models::Backbone;
 use crate::pool::Pooling;
 use crate::weights;
 

@@ -29,8 +29,8 @@ use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use rayon::prelude::*;
 
-use crate::cpu::gemm::{self, Epilogue, MatRef};
 use crate::cpu::elementwise::contiguous;
+use crate::cpu::gemm::{self, Epilogue, MatRef};
 
 /// A tensor of the plain `flex` backend as a contiguous `f32` buffer, or `None`.
 fn flex_f32<const D: usize>(t: Tensor<D>) -> Option<FlexTensor> {
@@ -205,7 +205,10 @@ pub(crate) fn self_attention(
         heads > 0 && d % heads == 0,
         "self_attention: {heads} heads do not divide width {d}"
     );
-    assert_eq!(qkv_weights.d, d, "self_attention: projections must be {d}x{d}");
+    assert_eq!(
+        qkv_weights.d, d,
+        "self_attention: projections must be {d}x{d}"
+    );
     let xf = flex_f32(x.clone())?;
     let d3 = 3 * d;
     let (w_qkv, b_qkv) = (&qkv_weights.w, &qkv_weights.b);
@@ -294,12 +297,22 @@ impl AttnDrop {
             match src {
                 Some(src) => {
                     for (j, (d, &v)) in row.iter_mut().zip(&src[i * n..(i + 1) * n]).enumerate() {
-                        *d = v * crate::cpu::elementwise::dropout_factor(seed, base + j, threshold, scale);
+                        *d = v * crate::cpu::elementwise::dropout_factor(
+                            seed,
+                            base + j,
+                            threshold,
+                            scale,
+                        );
                     }
                 }
                 None => {
                     for (j, d) in row.iter_mut().enumerate() {
-                        *d *= crate::cpu::elementwise::dropout_factor(seed, base + j, threshold, scale);
+                        *d *= crate::cpu::elementwise::dropout_factor(
+                            seed,
+                            base + j,
+                            threshold,
+                            scale,
+                        );
                     }
                 }
             }
@@ -575,13 +588,8 @@ mod tests {
             .collect();
         let packing = Packing::new(&pad, b, l, &device);
         let qkv = QkvWeights::new([&layers[0], &layers[1], &layers[2]], d).expect("flex f32");
-        let ours = self_attention(
-            &packing.pack(x.clone()),
-            &qkv,
-            heads,
-            packing.offsets(),
-        )
-        .expect("flex f32");
+        let ours = self_attention(&packing.pack(x.clone()), &qkv, heads, packing.offsets())
+            .expect("flex f32");
         let q = split_heads(layers[0].forward(x.clone()), heads);
         let k = split_heads(layers[1].forward(x.clone()), heads);
         let v = split_heads(layers[2].forward(x.clone()), heads);
@@ -694,7 +702,10 @@ mod tests {
         let qkv = QkvWeights::new([&q, &k, &v], 8).expect("flex f32");
         assert!(qkv.built_from([&q, &k, &v]));
         let (q2, k2, v2) = (q.clone(), k.clone(), v.clone());
-        assert!(qkv.built_from([&q2, &k2, &v2]), "a clone shares the parameters");
+        assert!(
+            qkv.built_from([&q2, &k2, &v2]),
+            "a clone shares the parameters"
+        );
         assert!(!qkv.built_from([&k, &q, &v]), "other order");
         let stepped = q.clone().map(&mut Scale(0.5));
         assert!(!qkv.built_from([&stepped, &k, &v]), "updated weights");

@@ -691,8 +691,8 @@ pub(crate) fn try_dropout<const D: usize>(
 mod tests {
     use super::*;
     use crate::ops::{dropout, gelu};
-    use burn::tensor::activation;
     use burn::nn::DropoutConfig;
+    use burn::tensor::activation;
     use proptest::prelude::*;
 
     fn plain() -> Device {

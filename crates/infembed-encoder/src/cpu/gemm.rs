@@ -108,11 +108,13 @@ impl<'a> MatRef<'a> {
     }
 
     /// Number of rows.
+    #[cfg_attr(not(feature = "bench-internals"), allow(dead_code))]
     pub fn rows(&self) -> usize {
         self.rows
     }
 
     /// Number of columns.
+    #[cfg_attr(not(feature = "bench-internals"), allow(dead_code))]
     pub fn cols(&self) -> usize {
         self.cols
     }

@@ -21,8 +21,8 @@ use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use rayon::prelude::*;
 
-use crate::cpu::gemm::{self, Activation, Epilogue, MatRef};
 use crate::cpu::elementwise::{self, contiguous};
+use crate::cpu::gemm::{self, Activation, Epilogue, MatRef};
 
 /// `act(layer.forward(x))` through [`gemm`](crate::cpu::gemm) with the bias and activation in
 /// the product's epilogue (and, on an autodiff device, this module's backward step), when `x`

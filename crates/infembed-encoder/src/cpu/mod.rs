@@ -13,8 +13,13 @@
 //! through `pulp`'s safe wrappers, a portable loop otherwise). Benchmarks reach the matrix
 //! product through the `bench-internals` cargo feature ([`crate::bench_internals`]).
 
+// The `try_*` kernels return `Result<Tensor, Tensor>`: the `Err` hands the caller's own
+// tensor back untouched (no copy), and both variants are one tensor handle.
 pub(crate) mod attention;
+#[allow(clippy::result_large_err)]
 pub(crate) mod elementwise;
 pub(crate) mod gemm;
+#[allow(clippy::result_large_err)]
 pub(crate) mod linear;
+#[allow(clippy::result_large_err)]
 pub(crate) mod norm;

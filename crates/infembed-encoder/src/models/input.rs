@@ -98,7 +98,11 @@ mod tests {
                 .into_data()
                 .try_to_vec_as::<i64>()
                 .expect("ints");
-            assert_eq!(packed_ids, vec![5, 6, 7, 8, 9, 10], "left padding {pad_left}");
+            assert_eq!(
+                packed_ids,
+                vec![5, 6, 7, 8, 9, 10],
+                "left padding {pad_left}"
+            );
             let positions = input
                 .packing
                 .positions()

@@ -276,7 +276,11 @@ mod tests {
                 device.is_autodiff()
             );
             let prepared = fused.0.lock().expect("lock").is_some();
-            assert_eq!(prepared, !device.is_autodiff(), "prepared for inference only");
+            assert_eq!(
+                prepared,
+                !device.is_autodiff(),
+                "prepared for inference only"
+            );
             if !device.is_autodiff() {
                 let again = self_attention(layers, heads, &dropout, &fused, &x, &packing);
                 assert_eq!(

@@ -15,11 +15,11 @@ use burn::nn::{Dropout, LayerNorm, Linear};
 use burn::prelude::*;
 use burn::tensor::activation;
 
+#[cfg(test)]
+pub(crate) use attention::attention_with_dropout;
 pub(crate) use attention::{
     FusedQkv, attention, key_padding_mask, merge_heads, self_attention, split_heads,
 };
-#[cfg(test)]
-pub(crate) use attention::attention_with_dropout;
 pub(crate) use packing::Packing;
 
 use crate::cpu::elementwise::{try_dropout, try_gelu};
