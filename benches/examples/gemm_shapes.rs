@@ -1,5 +1,5 @@
 //! The three matrix products of an all-MiniLM-L6-v2 layer (batch of 32 sequences of 132
-//! tokens) through burn's `flex` linear op and through `infembed_encoder::gemm`, best of 7 runs
+//! tokens) through burn's `flex` linear op and through `infembed_encoder::bench_internals`, best of 7 runs
 //! each, in GFLOP/s. See `docs/benchmarks.md`.
 //!
 //! ```text
@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use burn::tensor::{Device, Distribution, Tensor};
-use infembed_encoder::gemm::{Activation, Epilogue, MatRef, gemm};
+use infembed_encoder::bench_internals::{Activation, Epilogue, MatRef, gemm};
 
 /// Best wall time of 7 runs of `f`, in seconds.
 fn best_of_7(mut f: impl FnMut()) -> f64 {

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::backbone::Backbone;
-use crate::config::{ArchitectureConfig, SentenceTransformersConfig};
+use crate::config::SentenceTransformersConfig;
 use crate::encoder::{Embedder, Encoded, TruncationCounter};
 use crate::error::{Error, Result};
 use crate::interaction::{
     CrossAttention, CrossAttentionConfig, CrossAttentionKind, combine_tokens, combine_vectors,
 };
+use crate::models::{ArchitectureConfig, Backbone};
 use crate::pool::{Pooling, l2_normalize};
 use crate::tokenize::TextTokenizer;
 use infembed_data::QueryTemplate;

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use burn::prelude::*;
 
-use crate::backbone::Backbone;
-use crate::config::{ArchitectureConfig, SentenceTransformersConfig};
+use crate::config::SentenceTransformersConfig;
 use crate::error::{Error, Result};
+use crate::models::{ArchitectureConfig, Backbone};
 use crate::pool::{Pooling, l2_normalize, pool};
 use crate::tokenize::{TextTokenizer, TokenBatch};
 
@@ -34,7 +34,7 @@ pub struct TokenStates {
     pub truncated: usize,
 }
 
-/// Counts truncated inputs and warns on stderr the first time any is cut.
+/// Counts truncated inputs and warns (through `log`) the first time any is cut.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct TruncationCounter {
     total: Arc<AtomicUsize>,
@@ -48,9 +48,9 @@ impl TruncationCounter {
         }
         self.total.fetch_add(n, Ordering::Relaxed);
         if !self.warned.swap(true, Ordering::Relaxed) {
-            eprintln!(
-                "warning: infembed-encoder: {n} input(s) longer than {max_length} tokens were \
-                 truncated (further truncations are counted, see `truncated_total()`)"
+            log::warn!(
+                "{n} input(s) longer than {max_length} tokens were truncated (further \
+                 truncations are counted, see `truncated_total()`)"
             );
         }
     }

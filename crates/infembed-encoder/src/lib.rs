@@ -23,37 +23,34 @@
 //!   [`BatchEmbeddings`] the objectives need (`p: [N, d]`, `iq: [N, d]`,
 //!   `iq_instr: [N, K, d]`, all L2-normalized, identical strings encoded once).
 //!
-//! - **Saving** ([`save`]) back to a Hugging Face / sentence-transformers directory with the
-//!   original key names.
+//! - **Saving** ([`TextEncoder::save`], [`DualEncoder::save`]) back to a Hugging Face /
+//!   sentence-transformers directory with the original key names.
+//!
+//! Inside, the crate has three wings: the models (backbones and their inputs, written like
+//! their Hugging Face originals), the operations they call (linear, GELU, dropout, LayerNorm,
+//! attention: the one place that looks at the backend), and the CPU kernels of the `flex`
+//! backend behind those operations (docs/encoder.md).
 //!
 //! Conventions: embeddings are `[B, d]` tensors, one row per input text in input order;
 //! token states are `[B, L, d]` with `L` the longest row of the batch; masks are 1.0 on real
 //! tokens and 0.0 on padding. Encoders pad on the right, decoders on the left.
 
-mod attention;
-pub mod backbone;
-pub mod bert;
-pub mod config;
-pub mod decoder;
+// The three wings: `models` (the backbones and their inputs), `ops` (the operations the
+// models call, the one place that branches on the backend) and `cpu` (the `flex` kernels).
+mod config;
+mod cpu;
 pub mod dual;
-pub mod encoder;
-pub mod error;
-mod fused;
-pub mod gemm;
+mod encoder;
+mod error;
 pub mod interaction;
-pub mod kernels;
-pub mod linear;
-pub mod modernbert;
-pub mod norm;
-mod packing;
-pub mod pool;
-mod rope;
-pub mod save;
-pub mod tokenize;
+mod models;
+mod ops;
+mod pool;
+mod save;
+mod tokenize;
 mod weights;
 
-pub use backbone::{Backbone, BackboneInput};
-pub use config::{ArchitectureConfig, SentenceTransformersConfig};
+pub use config::SentenceTransformersConfig;
 pub use dual::{
     BatchEmbeddings, BatchRow, BatchTexts, DualEncoder, DualEncoderModel, EncoderConfig,
     Interaction, Towers,
@@ -62,8 +59,18 @@ pub use encoder::{Encoded, TextEncoder, TokenStates, tensor_rows};
 pub use error::{Error, Result};
 pub use infembed_data::QueryTemplate;
 pub use interaction::{CrossAttention, CrossAttentionConfig, CrossAttentionKind};
-pub use pool::{Pooling, l2_normalize, pool};
+pub use models::{ArchitectureConfig, Backbone, BackboneInput, bert, decoder, modernbert};
+pub use pool::{Pooling, l2_normalize, l2_normalize3, pool};
+pub use save::{ENCODER_CONFIG_FILE, INTERACTION_FILE, PASSAGE_TOWER_DIR, safetensors_keys};
 pub use tokenize::{TextTokenizer, TokenBatch};
+
+/// The CPU matrix product, for this workspace's benchmarks only (cargo feature
+/// `bench-internals`): not a public API, no stability promise.
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub mod bench_internals {
+    pub use crate::cpu::gemm::{Activation, Epilogue, MatRef, gemm, gemm_serial};
+}
 
 /// Serializes this crate's tests that draw from burn's device generator. The `flex` backend
 /// keeps one generator per process, so a test running alongside could draw from it between

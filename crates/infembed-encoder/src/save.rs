@@ -16,11 +16,11 @@ use std::path::Path;
 
 use burn::prelude::*;
 
-use crate::backbone::Backbone;
 use crate::config::{StBertConfig, StModule, StPoolingConfig, read_json, write_json};
 use crate::dual::{DualEncoder, EncoderConfig, Towers};
 use crate::encoder::TextEncoder;
 use crate::error::{Error, Result};
+use crate::models::Backbone;
 use crate::pool::Pooling;
 use crate::weights;
 
@@ -201,7 +201,7 @@ impl DualEncoder {
                     what: "separate passage tower of a saved dual encoder",
                 });
             }
-            let arch = crate::config::ArchitectureConfig::from_dir(&pdir)?;
+            let arch = crate::models::ArchitectureConfig::from_dir(&pdir)?;
             enc.model_mut().passage_tower = Some(Backbone::load(&arch, &pdir, device)?);
         }
         if let Some(cross) = enc.model_mut().cross.as_mut() {

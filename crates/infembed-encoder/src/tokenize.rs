@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use burn::prelude::*;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
-use crate::backbone::BackboneInput;
 use crate::error::{Error, Result};
+use crate::models::BackboneInput;
 
 /// Truncating copies of a tokenizer keyed by maximum length, shared between clones.
 type TruncatingCache = Arc<Mutex<Vec<(usize, Arc<Tokenizer>)>>>;

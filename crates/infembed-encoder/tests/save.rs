@@ -7,7 +7,7 @@ mod common;
 use burn::module::{Module, ModuleMapper, Param};
 use burn::prelude::*;
 use common::*;
-use infembed_encoder::save::safetensors_keys;
+use infembed_encoder::safetensors_keys;
 use infembed_encoder::{
     CrossAttentionConfig, CrossAttentionKind, DualEncoder, EncoderConfig, Interaction, TextEncoder,
     Towers,

@@ -5,6 +5,11 @@
 //! Training batches of texts of unequal length pad a fifth or more of their positions (the
 //! quickstart's 4-record batches: 2,902 real tokens in 3,488 padded positions), and the
 //! projections' cost is linear in the number of rows, so BERT runs on this layout.
+//!
+//! The layout is built on the host from the tokenizer's padding flags when the batch's input
+//! is made ([`crate::BackboneInput`]), once per batch: nothing is read back from the device.
+
+use std::sync::OnceLock;
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
@@ -13,6 +18,10 @@ use burn::tensor::TensorData;
 /// tensors that move states between the two layouts (built once, on the batch's device).
 #[derive(Debug, Clone)]
 pub(crate) struct Packing {
+    /// `[B, L]`, `true` on padding.
+    padding: Tensor<2, Bool>,
+    /// The padded batch's key mask for burn's attention, built on first use.
+    key_mask: OnceLock<Tensor<4, Bool>>,
     b: usize,
     l: usize,
     /// `B + 1` row offsets.
@@ -33,7 +42,7 @@ fn index<const D: usize>(v: Vec<usize>, shape: [usize; D], device: &Device) -> T
 
 impl Packing {
     /// The layout of a batch whose padding flags (`B * L`, `true` on padding, anywhere in a
-    /// row) are `pad`, with its index tensors on `device`.
+    /// row) are `pad`, with its index tensors and padding flags on `device`.
     ///
     /// # Panics
     /// When `pad` does not hold `B * L` flags (a shape contract of the caller).
@@ -59,6 +68,8 @@ impl Packing {
         }
         let positions = rows.iter().map(|&r| r % l.max(1)).collect();
         Self {
+            padding: Tensor::from_data(TensorData::new(pad.to_vec(), [b, l]), device),
+            key_mask: OnceLock::new(),
             b,
             l,
             offsets,
@@ -71,6 +82,23 @@ impl Packing {
     /// The number `T` of real tokens.
     pub(crate) fn len(&self) -> usize {
         self.gather.dims()[0]
+    }
+
+    /// The length `L` of the padded rows.
+    pub(crate) fn padded_len(&self) -> usize {
+        self.l
+    }
+
+    /// The padding flags `[B, L]` (`true` on padding) on the batch's device.
+    pub(crate) fn padding(&self) -> Tensor<2, Bool> {
+        self.padding.clone()
+    }
+
+    /// The padded batch's key-padding mask ([`super::key_padding_mask`]), built once.
+    pub(crate) fn key_mask(&self) -> Tensor<4, Bool> {
+        self.key_mask
+            .get_or_init(|| super::key_padding_mask(self.padding()))
+            .clone()
     }
 
     /// `B + 1` row offsets: sequence `s` is rows `offsets[s]..offsets[s + 1]`.

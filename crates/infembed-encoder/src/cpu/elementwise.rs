@@ -2,17 +2,17 @@
 //!
 //! burn 0.22's `flex` backend runs these two ops as single-threaded scalar loops (GELU calls
 //! libm's `erff` per element and its backward `erff` and `expf` again; dropout draws every
-//! Bernoulli sample from one ChaCha generator and then multiplies twice). Profiling
-//! all-MiniLM-L6-v2 showed them taking about a third of an inference pass and of a training
-//! step while the second core idled. The kernels here compute the same functions with
+//! Bernoulli sample from one ChaCha generator and then multiplies twice), a large share of an
+//! inference pass and of a training step on all-MiniLM-L6-v2 (docs/benchmarks.md). The
+//! kernels here compute the same functions with
 //! branch-free code (eight AVX2 lanes at a time where the processor has them, through `pulp`'s
 //! safe wrappers), split over rayon's threads, and register their
 //! own backward step with burn's autodiff graph (burn's documented extension path:
 //! [`Tensor::try_into_primitive`] / [`Tensor::from_primitive`]).
 //!
-//! Every function falls back to burn's own op whenever the tensor is not an `f32` tensor of
-//! the `flex` backend (plain, or autodiff without gradient checkpointing), so the CUDA and
-//! libtorch backends behave exactly as before.
+//! Every function hands its input back whenever the tensor is not an `f32` tensor of the
+//! `flex` backend (plain, or autodiff without gradient checkpointing), and [`crate::ops`] runs
+//! burn's own op instead, so the CUDA and libtorch backends behave exactly as before.
 //!
 //! # Accuracy
 //!
@@ -24,7 +24,7 @@
 //!
 //! # Dropout and seeds
 //!
-//! [`dropout`] keeps burn's seeding contract: each call draws one 64-bit seed from burn's
+//! [`try_dropout`] keeps burn's seeding contract: each call draws one 64-bit seed from burn's
 //! device generator (so `device.seed(s)` still makes a pass reproducible, and call order
 //! decides the masks exactly as with `burn::nn::Dropout`), then derives every element's keep
 //! decision from a counter-based hash of `(seed, index)`, so the mask does not depend on how
@@ -38,7 +38,7 @@ use burn::backend::flex::FlexTensor;
 use burn::backend::{Autodiff, Flex};
 use burn::nn::Dropout;
 use burn::prelude::*;
-use burn::tensor::{DType, Distribution, TensorData, activation};
+use burn::tensor::{DType, Distribution, TensorData};
 use rayon::prelude::*;
 
 /// Elements per parallel task (small tensors run on the calling thread).
@@ -544,7 +544,7 @@ pub(crate) fn flex_map(
     FlexTensor::from_data(TensorData::new(out, t.layout().shape().to_vec()))
 }
 
-/// The autodiff step of [`gelu`]: `grad * gelu'(x)`, with `x` kept as the state.
+/// The autodiff step of [`try_gelu`]: `grad * gelu'(x)`, with `x` kept as the state.
 #[derive(Debug)]
 struct GeluBackward;
 
@@ -558,14 +558,16 @@ impl Backward<Flex, 1> for GeluBackward {
 }
 
 /// Exact (erf) GELU, `x * Phi(x)`, as [`burn::tensor::activation::gelu`], computed in
-/// parallel with vectorized code on the `flex` backend (see the [module docs](self)).
-pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+/// parallel with vectorized code (see the [module docs](self)), when `x` is an `f32` tensor of
+/// the `flex` backend (plain, or autodiff without checkpointing); anything else is handed back
+/// as `Err(x)`.
+pub(crate) fn try_gelu<const D: usize>(x: Tensor<D>) -> Result<Tensor<D>, Tensor<D>> {
     if x.dtype() != DType::F32 {
-        return activation::gelu(x);
+        return Err(x);
     }
     if x.device().is_autodiff() {
         let Ok(t) = x.clone().try_into_primitive::<Autodiff<Flex>>() else {
-            return activation::gelu(x);
+            return Err(x);
         };
         drop(x);
         let input = t.primitive().clone();
@@ -580,14 +582,14 @@ pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
             }
             OpsKind::UnTracked(prep) => prep.finish(gelu_flex(input)),
         };
-        return Tensor::from_primitive::<Autodiff<Flex>>(out);
+        return Ok(Tensor::from_primitive::<Autodiff<Flex>>(out));
     }
     match x.clone().try_into_primitive::<Flex>() {
         Ok(t) => {
             drop(x);
-            Tensor::from_primitive::<Flex>(gelu_flex(t))
+            Ok(Tensor::from_primitive::<Flex>(gelu_flex(t)))
         }
-        Err(_) => activation::gelu(x),
+        Err(_) => Err(x),
     }
 }
 
@@ -612,7 +614,7 @@ pub(crate) fn dropout_factor(seed: u64, i: usize, threshold: u32, scale: f32) ->
     if bits < threshold { scale } else { 0.0 }
 }
 
-/// The autodiff step of [`dropout`]: the same mask applied to the gradient.
+/// The autodiff step of [`try_dropout`]: the same mask applied to the gradient.
 #[derive(Debug)]
 struct DropoutBackward;
 
@@ -657,19 +659,19 @@ fn draw_seed(device: &Device) -> u64 {
     })
 }
 
-/// `burn::nn::Dropout::forward` with the same contract (identity unless the module is in
-/// training mode on an autodiff device with `prob > 0`; kept elements scaled by
-/// `1 / (1 - prob)`), computed by a fused parallel kernel on the `flex` backend. Falls back
-/// to `module.forward` elsewhere.
-pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
-    if !module.training.is_enabled() || !x.device().is_autodiff() || module.prob == 0.0 {
-        return x;
-    }
+/// `burn::nn::Dropout::forward` of an ACTIVE dropout (training mode on an autodiff device,
+/// `prob > 0`: [`crate::ops::dropout`] decides that), kept elements scaled by
+/// `1 / (1 - prob)`, computed by a fused parallel kernel when `x` is an `f32` tensor of the
+/// autodiff `flex` backend; anything else is handed back as `Err(x)`.
+pub(crate) fn try_dropout<const D: usize>(
+    module: &Dropout,
+    x: Tensor<D>,
+) -> Result<Tensor<D>, Tensor<D>> {
     if x.dtype() != DType::F32 {
-        return module.forward(x);
+        return Err(x);
     }
     let Ok(t) = x.clone().try_into_primitive::<Autodiff<Flex>>() else {
-        return module.forward(x);
+        return Err(x);
     };
     let state = dropout_state(module.prob, &x.device());
     drop(x);
@@ -682,13 +684,15 @@ pub fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
         OpsKind::Tracked(prep) => prep.finish(state, y),
         OpsKind::UnTracked(prep) => prep.finish(y),
     };
-    Tensor::from_primitive::<Autodiff<Flex>>(out)
+    Ok(Tensor::from_primitive::<Autodiff<Flex>>(out))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::{dropout, gelu};
     use burn::nn::DropoutConfig;
+    use burn::tensor::activation;
     use proptest::prelude::*;
 
     fn plain() -> Device {

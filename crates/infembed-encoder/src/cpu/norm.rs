@@ -2,11 +2,11 @@
 //!
 //! burn 0.22's `flex` backend has a fused LayerNorm for inference, but on an autodiff device
 //! `LayerNorm::forward` is spelled out (mean, variance, subtraction, division, scale, shift), each
-//! a graph node that allocates its output and has its own backward step. [`layer_norm`] computes
+//! a graph node that allocates its output and has its own backward step. [`try_layer_norm`] computes
 //! the same function in one pass per row and registers one backward step
 //! (`dx = rstd (g γ - mean(g γ) - x̂ mean(g γ x̂))`, `dγ = Σ g x̂`, `dβ = Σ g`), keeping only the
 //! normalized input and the reciprocal standard deviations. Plain devices, other backends and
-//! other dtypes use `LayerNorm::forward`.
+//! other dtypes are handed back to [`crate::ops`], which runs `LayerNorm::forward`.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -19,37 +19,43 @@ use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use rayon::prelude::*;
 
-use crate::kernels::contiguous;
+use crate::cpu::elementwise::contiguous;
 
 /// Rows per parallel task (and per partial sum of the parameter gradients, added in order so
 /// the result does not depend on thread scheduling).
 const ROWS: usize = 64;
 
-/// `module.forward(x)`, with `eps` the module's epsilon (burn keeps it private, so the caller
-/// passes the value it configured the module with).
+/// `module.forward(x)` as one autodiff operation, with `eps` the module's epsilon (burn keeps it
+/// private, so the caller passes the value it configured the module with), when `x` and the
+/// parameters are `f32` tensors of the autodiff `flex` backend; anything else (plain devices
+/// included, where burn's own LayerNorm is fused) is handed back as `Err(x)`.
 ///
 /// # Shapes
 /// - `x`: `[..., d]`, `d` the module's width
 /// - output: like `x`
-pub fn layer_norm<const D: usize>(module: &LayerNorm, eps: f64, x: Tensor<D>) -> Tensor<D> {
+pub(crate) fn try_layer_norm<const D: usize>(
+    module: &LayerNorm,
+    eps: f64,
+    x: Tensor<D>,
+) -> Result<Tensor<D>, Tensor<D>> {
     if !x.device().is_autodiff() || x.dtype() != DType::F32 {
-        return module.forward(x);
+        return Err(x);
     }
     let gamma = module.gamma.val();
     let beta = module.beta.as_ref().map(|b| b.val());
     if gamma.dtype() != DType::F32 || beta.as_ref().is_some_and(|b| b.dtype() != DType::F32) {
-        return module.forward(x);
+        return Err(x);
     }
     let (Ok(xa), Ok(ga)) = (
         x.clone().try_into_primitive::<Autodiff<Flex>>(),
         gamma.try_into_primitive::<Autodiff<Flex>>(),
     ) else {
-        return module.forward(x);
+        return Err(x);
     };
     let ba = match beta.map(|b| b.try_into_primitive::<Autodiff<Flex>>()) {
         None => None,
         Some(Ok(b)) => Some(b),
-        Some(Err(_)) => return module.forward(x),
+        Some(Err(_)) => return Err(x),
     };
     drop(x);
     let xf = contiguous(xa.primitive().clone());
@@ -74,7 +80,7 @@ pub fn layer_norm<const D: usize>(module: &LayerNorm, eps: f64, x: Tensor<D>) ->
             OpsKind::UnTracked(prep) => prep.finish(out),
         },
     };
-    Tensor::from_primitive::<Autodiff<Flex>>(result)
+    Ok(Tensor::from_primitive::<Autodiff<Flex>>(result))
 }
 
 /// What the backward step keeps.
@@ -88,7 +94,7 @@ struct NormState {
     shape: Vec<usize>,
 }
 
-/// The autodiff step of [`layer_norm`].
+/// The autodiff step of [`try_layer_norm`].
 #[derive(Debug)]
 struct NormBackward;
 
@@ -223,6 +229,7 @@ impl Backward<Flex, 2> for NormBackward {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::layer_norm;
     use burn::nn::LayerNormConfig;
     use burn::tensor::Distribution;
 

@@ -3,22 +3,21 @@
 
 use std::path::Path;
 
-use crate::kernels::gelu;
-use crate::linear::linear;
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::attention::{attend, key_padding_mask, merge_heads, split_heads};
-use crate::backbone::BackboneInput;
+use super::input::BackboneInput;
+use super::rope::RopeTables;
 use crate::error::{Error, Result};
-use crate::rope::RopeTables;
+use crate::ops::{attention, gelu, key_padding_mask, linear, merge_heads, split_heads};
 use crate::weights;
 
 /// Hyper-parameters of a ModernBERT checkpoint (`config.json`, either the original field
 /// names `global_attn_every_n_layers` / `global_rope_theta` / `local_rope_theta` or the
 /// newer `layer_types` / `rope_parameters`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ModernBertConfig {
     /// Vocabulary size.
     pub vocab_size: usize,
@@ -312,7 +311,7 @@ impl ModernBertModel {
                     .expand([b, 1, l, l])
                     .bool_or(pad_mask.clone())
             };
-            let ctx = merge_heads(attend(q, k, v, mask, false));
+            let ctx = merge_heads(attention(q, k, v, mask, false));
             x = x + linear(&a.wo, ctx);
             let h = layer.mlp_norm.forward(x.clone());
             let [b, _, _] = h.dims();

@@ -14,11 +14,10 @@ use burn::prelude::*;
 use burn::tensor::activation::silu;
 use serde::{Deserialize, Serialize};
 
-use crate::attention::{attend, key_padding_mask, merge_heads, split_heads};
-use crate::backbone::BackboneInput;
+use super::input::BackboneInput;
+use super::rope::RopeTables;
 use crate::error::{Error, Result};
-use crate::linear::linear;
-use crate::rope::RopeTables;
+use crate::ops::{attention, key_padding_mask, linear, merge_heads, split_heads};
 use crate::weights;
 
 /// Which decoder family.
@@ -33,6 +32,7 @@ pub enum DecoderKind {
 
 /// Hyper-parameters of a Qwen2 / Llama checkpoint (`config.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DecoderConfig {
     /// `qwen2` or `llama`.
     pub model_type: DecoderKind,
@@ -282,7 +282,7 @@ impl DecoderModel {
             let q = rope.apply(split_heads(linear(&a.q_proj, h.clone()), a.heads));
             let k = rope.apply(split_heads(linear(&a.k_proj, h.clone()), a.kv_heads));
             let v = split_heads(linear(&a.v_proj, h), a.kv_heads);
-            let ctx = merge_heads(attend(q, k, v, mask.clone(), true));
+            let ctx = merge_heads(attention(q, k, v, mask.clone(), true));
             x = x + linear(&a.o_proj, ctx);
             let h = layer.post_attention_layernorm.forward(x.clone());
             let m = &layer.mlp;

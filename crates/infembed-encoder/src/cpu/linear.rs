@@ -1,12 +1,11 @@
-//! Linear layers through the crate's own matrix product ([`crate::gemm`]) on the CPU `flex`
+//! Linear layers through the crate's own matrix product ([`crate::cpu::gemm`]) on the CPU `flex`
 //! backend, with the bias and (optionally) GELU fused into the product's epilogue.
 //!
-//! [`linear`] computes what [`Linear::forward`] computes and [`linear_gelu`] what
-//! `gelu(layer.forward(x))` computes; on an autodiff device they register their own backward
-//! step (`dx = g Wᵀ`, `dW = xᵀ g`, `db = Σ g`, each again through [`crate::gemm`]), so training
-//! uses the faster product too. Every other case (another backend, another dtype, a
-//! checkpointing autodiff) falls back to burn's own ops, as the kernels of [`crate::kernels`]
-//! do.
+//! [`try_linear`] computes what [`Linear::forward`] computes, or `gelu(layer.forward(x))` with
+//! [`Activation::Gelu`]; on an autodiff device it registers its own backward step (`dx = g Wᵀ`,
+//! `dW = xᵀ g`, `db = Σ g`, each again through [`crate::cpu::gemm`]), so training uses the
+//! faster product too. Every other case (another backend, another dtype, a checkpointing
+//! autodiff) is handed back to [`crate::ops`], which runs burn's own ops.
 //!
 //! The results equal burn's to floating-point reassociation (the two products sum in a
 //! different order); the tests compare values and gradients against burn's `Linear`.
@@ -22,57 +21,42 @@ use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use rayon::prelude::*;
 
-use crate::gemm::{self, Activation, Epilogue, MatRef};
-use crate::kernels::{self, contiguous};
+use crate::cpu::elementwise::{self, contiguous};
+use crate::cpu::gemm::{self, Activation, Epilogue, MatRef};
 
-/// `layer.forward(x)`: `x W + b` over the last dimension of `x`.
+/// `act(layer.forward(x))` through [`gemm`](crate::cpu::gemm) with the bias and activation in
+/// the product's epilogue (and, on an autodiff device, this module's backward step), when `x`
+/// and the layer's parameters are `f32` tensors of the `flex` backend (plain, or autodiff
+/// without checkpointing). Anything else is handed back untouched as `Err(x)`, for
+/// [`crate::ops`] to run burn's op.
 ///
 /// # Shapes
 /// - `x`: `[..., d_input]`
 /// - output: `[..., d_output]`
-pub fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
-    apply(layer, x, Activation::Identity)
-}
-
-/// `gelu(layer.forward(x))` with the exact (erf) GELU of [`kernels::gelu`], fused into the
-/// product on the `flex` backend.
-///
-/// # Shapes
-/// - `x`: `[..., d_input]`
-/// - output: `[..., d_output]`
-pub fn linear_gelu<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
-    apply(layer, x, Activation::Gelu)
-}
-
-/// The burn ops this module replaces.
-fn fallback<const D: usize>(layer: &Linear, x: Tensor<D>, act: Activation) -> Tensor<D> {
-    let y = layer.forward(x);
-    match act {
-        Activation::Identity => y,
-        Activation::Gelu => kernels::gelu(y),
-    }
-}
-
-fn apply<const D: usize>(layer: &Linear, x: Tensor<D>, act: Activation) -> Tensor<D> {
+pub(crate) fn try_linear<const D: usize>(
+    layer: &Linear,
+    x: Tensor<D>,
+    act: Activation,
+) -> Result<Tensor<D>, Tensor<D>> {
     let weight = layer.weight.val();
     let bias = layer.bias.as_ref().map(|b| b.val());
     let f32s = x.dtype() == DType::F32
         && weight.dtype() == DType::F32
         && bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
     if !f32s {
-        return fallback(layer, x, act);
+        return Err(x);
     }
     if x.device().is_autodiff() {
         let (Ok(xp), Ok(wp)) = (
             x.clone().try_into_primitive::<Autodiff<Flex>>(),
             weight.try_into_primitive::<Autodiff<Flex>>(),
         ) else {
-            return fallback(layer, x, act);
+            return Err(x);
         };
         let bp = match bias.map(|b| b.try_into_primitive::<Autodiff<Flex>>()) {
             None => None,
             Some(Ok(b)) => Some(b),
-            Some(Err(_)) => return fallback(layer, x, act),
+            Some(Err(_)) => return Err(x),
         };
         drop(x);
         let xf = xp.primitive().clone();
@@ -103,21 +87,26 @@ fn apply<const D: usize>(layer: &Linear, x: Tensor<D>, act: Activation) -> Tenso
                 OpsKind::UnTracked(prep) => prep.finish(forward(&xf, &wf, None, act)),
             },
         };
-        return Tensor::from_primitive::<Autodiff<Flex>>(out);
+        return Ok(Tensor::from_primitive::<Autodiff<Flex>>(out));
     }
     let (Ok(xf), Ok(wf)) = (
         x.clone().try_into_primitive::<Flex>(),
         weight.try_into_primitive::<Flex>(),
     ) else {
-        return fallback(layer, x, act);
+        return Err(x);
     };
     let bf = match bias.map(|b| b.try_into_primitive::<Flex>()) {
         None => None,
         Some(Ok(b)) => Some(b),
-        Some(Err(_)) => return fallback(layer, x, act),
+        Some(Err(_)) => return Err(x),
     };
     drop(x);
-    Tensor::from_primitive::<Flex>(forward(&xf, &wf, bf.as_ref(), act))
+    Ok(Tensor::from_primitive::<Flex>(forward(
+        &xf,
+        &wf,
+        bf.as_ref(),
+        act,
+    )))
 }
 
 /// A 2-D flex tensor as a strided view (copying it first when its strides are negative).
@@ -194,7 +183,7 @@ fn forward_tracked(
         Activation::Identity => (forward(x, w, b, act), None),
         Activation::Gelu => {
             let z = forward(x, w, b, Activation::Identity);
-            let y = kernels::gelu_flex(z.clone());
+            let y = elementwise::gelu_flex(z.clone());
             (y, Some(z))
         }
     }
@@ -214,7 +203,7 @@ struct LinearState {
     z: Option<FlexTensor>,
 }
 
-/// The autodiff step of [`linear`] / [`linear_gelu`] (the activation, if any, is known from
+/// The autodiff step of [`try_linear`] (the activation, if any, is known from
 /// the state's pre-activation).
 #[derive(Debug)]
 struct LinearBackward;
@@ -228,7 +217,7 @@ fn gradients(
     let [d_in, d_out] = dims2(&state.w);
     // gradient with respect to the pre-activation
     let gz = match &state.z {
-        Some(z) => kernels::gelu_backward_flex(g, z),
+        Some(z) => elementwise::gelu_backward_flex(g, z),
         None => contiguous(g),
     };
     let x = contiguous(state.x.clone());
@@ -310,6 +299,7 @@ impl Backward<Flex, 2> for LinearBackward {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::{linear, linear_gelu};
     use burn::nn::LinearConfig;
     use burn::tensor::Distribution;
 
@@ -364,7 +354,7 @@ mod tests {
             let run = |ours: bool| {
                 let x = x0.clone().detach().require_grad();
                 let y = match (ours, act) {
-                    (true, _) => apply(&layer, x.clone(), act),
+                    (true, _) => try_linear(&layer, x.clone(), act).expect("flex f32"),
                     (false, Activation::Identity) => layer.forward(x.clone()),
                     (false, Activation::Gelu) => {
                         burn::tensor::activation::gelu(layer.forward(x.clone()))

@@ -1,15 +1,8 @@
-//! The backbone enum (one variant per architecture) and the padded input it takes.
-
-use std::path::Path;
+//! The padded input of a backbone, with the packed layout of its real tokens.
 
 use burn::prelude::*;
 
-use crate::bert::{self, BertModel};
-use crate::config::ArchitectureConfig;
-use crate::decoder::DecoderModel;
-use crate::error::Result;
-use crate::modernbert::{self, ModernBertModel};
-use crate::weights;
+use crate::ops::Packing;
 
 /// A padded batch of token ids on a device.
 ///
@@ -27,10 +20,13 @@ pub struct BackboneInput {
     pub padding: Tensor<2, Bool>,
     /// Number of real tokens per row.
     pub lengths: Vec<usize>,
+    /// The packed layout of the real tokens, built on the host from the same flags.
+    pub(crate) packing: Packing,
 }
 
 impl BackboneInput {
-    /// Pads `ids` (and `type_ids`, which must have the same lengths) to the longest row.
+    /// Pads `ids` (and `type_ids`, which must have the same lengths) to the longest row, and
+    /// lays out the packed rows of the real tokens from the same host-side flags.
     ///
     /// # Panics
     /// If `ids` is empty, or `type_ids` does not match `ids` row by row.
@@ -68,55 +64,64 @@ impl BackboneInput {
                 flat_pad[at] = false;
             }
         }
+        let packing = Packing::new(&flat_pad, b, l, device);
         Self {
             input_ids: Tensor::from_data(TensorData::new(flat_ids, [b, l]), device),
             token_type_ids: Tensor::from_data(TensorData::new(flat_types, [b, l]), device),
             attention_mask: Tensor::from_data(TensorData::new(flat_mask, [b, l]), device),
-            padding: Tensor::from_data(TensorData::new(flat_pad, [b, l]), device),
+            padding: packing.padding(),
             lengths: ids.iter().map(Vec::len).collect(),
+            packing,
         }
     }
 }
 
-/// A transformer backbone turning token ids into hidden states.
-// One backbone per tower lives for the whole run, so the size difference between variants
-// costs nothing worth an extra indirection.
-#[allow(clippy::large_enum_variant)]
-#[derive(Module, Debug)]
-pub enum Backbone {
-    /// BERT family.
-    Bert(BertModel),
-    /// ModernBERT.
-    ModernBert(ModernBertModel),
-    /// Qwen2 / Llama decoders.
-    Decoder(DecoderModel),
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Backbone {
-    /// Builds the backbone described by `arch` and loads `dir/model.safetensors` into it.
-    pub fn load(arch: &ArchitectureConfig, dir: &Path, device: &Device) -> Result<Self> {
-        Ok(match arch {
-            ArchitectureConfig::Bert(c) => Self::Bert(c.load(dir, device)?),
-            ArchitectureConfig::ModernBert(c) => Self::ModernBert(c.load(dir, device)?),
-            ArchitectureConfig::Decoder(c) => Self::Decoder(c.load(dir, device)?),
-        })
-    }
-
-    /// Last-layer hidden states `[B, L, d]`.
-    pub fn forward(&self, input: &BackboneInput) -> Tensor<3> {
-        match self {
-            Self::Bert(m) => m.forward(input),
-            Self::ModernBert(m) => m.forward(input),
-            Self::Decoder(m) => m.forward(input),
-        }
-    }
-
-    /// Writes the weights to `path` (safetensors) under their original Hugging Face names.
-    pub fn save_safetensors(&self, path: &Path) -> Result<()> {
-        match self {
-            Self::Bert(m) => weights::save_from(m, path, &bert::SAVE_REMAPS),
-            Self::ModernBert(m) => weights::save_from(m, path, &modernbert::SAVE_REMAPS),
-            Self::Decoder(m) => weights::save_from(m, path, &[]),
+    /// The packed layout made with the input follows the tokenizer's rows: their lengths,
+    /// on either padding side, with the padding flags it uploads.
+    #[test]
+    fn input_carries_the_packed_layout_of_its_rows() {
+        let device = Device::default();
+        let ids: Vec<Vec<u32>> = vec![vec![5, 6, 7], vec![8], vec![9, 10]];
+        let types: Vec<Vec<u32>> = ids.iter().map(|r| vec![0; r.len()]).collect();
+        for pad_left in [false, true] {
+            let input = BackboneInput::from_ids(&ids, &types, 0, pad_left, &device);
+            assert_eq!(input.lengths, vec![3, 1, 2]);
+            assert_eq!(input.packing.offsets(), &[0, 3, 4, 6]);
+            assert_eq!(input.packing.padded_len(), 3);
+            let packed_ids = input
+                .packing
+                .pack_ids(input.input_ids.clone())
+                .into_data()
+                .try_to_vec_as::<i64>()
+                .expect("ints");
+            assert_eq!(
+                packed_ids,
+                vec![5, 6, 7, 8, 9, 10],
+                "left padding {pad_left}"
+            );
+            let positions = input
+                .packing
+                .positions()
+                .into_data()
+                .try_to_vec_as::<i64>()
+                .expect("ints");
+            let want = if pad_left {
+                vec![0, 1, 2, 2, 1, 2]
+            } else {
+                vec![0, 1, 2, 0, 0, 1]
+            };
+            assert_eq!(positions, want);
+            let flags = input
+                .padding
+                .into_data()
+                .try_to_vec::<bool>()
+                .expect("bools");
+            let real: Vec<bool> = flags.iter().map(|p| !p).collect();
+            assert_eq!(real.iter().filter(|&&r| r).count(), 6);
         }
     }
 }

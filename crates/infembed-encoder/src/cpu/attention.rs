@@ -1,22 +1,22 @@
 //! The self-attention block of the BERT family fused for the CPU `flex` backend, on a packed
 //! token layout: the real tokens of a padded batch stacked as `[T, d]` rows, sequence `s`
-//! holding rows `offsets[s]..offsets[s + 1]` (see [`crate::packing`]). No work is spent on
+//! holding rows `offsets[s]..offsets[s + 1]` (see [`crate::ops::Packing`]). No work is spent on
 //! padding, and per sequence and head `softmax(q kᵀ / sqrt(d_head))` and its product with `v`
 //! are written straight into the merged-heads layout.
 //!
 //! burn's path for the same block runs on the padded batch, copies the heads apart and
 //! together again (`swap_dims` + `reshape`), and evaluates the softmax in a scalar loop with
-//! libm's `expf`; profiling all-MiniLM-L6-v2 put those at about a fifth of an inference pass.
-//! Here the products go through [`crate::gemm`] (strided views, no copies) and the
+//! libm's `expf` (a sizeable share of an inference pass: docs/benchmarks.md).
+//! Here the products go through [`crate::cpu::gemm`] (strided views, no copies) and the
 //! exponentials through eight-lane AVX2 code when the processor has it.
 //!
 //! - [`self_attention`]: inference (plain `flex` tensors), one product for query, key and
-//!   value together.
+//!   value together, their weights side by side in a [`QkvWeights`] prepared once per model.
 //! - [`attention_train`]: training (autodiff `flex` tensors), attention plus dropout on the
 //!   probabilities as one autodiff operation with a hand-written backward step.
 //!
 //! Everything else returns `None` and the caller runs burn's ops. Results equal burn's to
-//! floating-point reassociation (tested against [`crate::attention`]).
+//! floating-point reassociation (tested against [`crate::ops`]' padded attention).
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -29,8 +29,8 @@ use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use rayon::prelude::*;
 
-use crate::gemm::{self, Epilogue, MatRef};
-use crate::kernels::contiguous;
+use crate::cpu::elementwise::contiguous;
+use crate::cpu::gemm::{self, Epilogue, MatRef};
 
 /// A tensor of the plain `flex` backend as a contiguous `f32` buffer, or `None`.
 fn flex_f32<const D: usize>(t: Tensor<D>) -> Option<FlexTensor> {
@@ -83,22 +83,119 @@ fn block(t: &FlexTensor, start: usize, n: usize, col: usize, cols: usize) -> Mat
     MatRef::new(&t.storage::<f32>()[offset..], n, cols, st[0], st[1])
 }
 
-/// `softmax(q kᵀ / sqrt(d_head)) v` with `q, k, v` the three projections of the packed rows
-/// `x`, each sequence attending to its own rows only, heads merged: the context that BERT's
-/// attention output layer reads. Returns `None` (nothing computed) unless `x` and the three
-/// layers' parameters are plain `flex` `f32` tensors.
+/// The query, key and value projections of one attention block side by side, as the
+/// inference kernel [`self_attention`] reads them: the weights `[d, 3d]` (row-major) and the
+/// biases `[3d]` (zeros where a projection has none). Built once per model by [`Self::new`]
+/// and reused while the parameters it was built from are the ones the model holds
+/// ([`Self::built_from`]).
+#[derive(Debug)]
+pub(crate) struct QkvWeights {
+    d: usize,
+    w: Vec<f32>,
+    b: Vec<f32>,
+    /// The parameters' own tensors (weights then biases), held so their storage stays
+    /// alive and cannot be reused at the same address while these weights are cached.
+    sources: Vec<Option<FlexTensor>>,
+}
+
+/// The plain `flex` tensors of the three layers' parameters (weights, then biases), or
+/// `None` unless every parameter is one of `f32`.
+fn qkv_params(layers: [&Linear; 3]) -> Option<Vec<Option<FlexTensor>>> {
+    let plain = |t: Tensor<2>| {
+        (t.dtype() == DType::F32 && !t.device().is_autodiff())
+            .then(|| t.try_into_primitive::<Flex>().ok())
+            .flatten()
+    };
+    let mut out = Vec::with_capacity(6);
+    for layer in layers {
+        out.push(Some(plain(layer.weight.val())?));
+    }
+    for layer in layers {
+        out.push(match &layer.bias {
+            Some(p) => {
+                let b = p.val();
+                if b.dtype() != DType::F32 || b.device().is_autodiff() {
+                    return None;
+                }
+                Some(b.try_into_primitive::<Flex>().ok()?)
+            }
+            None => None,
+        });
+    }
+    Some(out)
+}
+
+/// Whether two flex tensors are the same view of the same storage.
+fn same_tensor(a: &FlexTensor, b: &FlexTensor) -> bool {
+    std::ptr::eq(a.bytes().as_ptr(), b.bytes().as_ptr())
+        && a.bytes().len() == b.bytes().len()
+        && a.layout() == b.layout()
+        && a.dtype() == b.dtype()
+}
+
+impl QkvWeights {
+    /// The three `d x d` projections `[query, key, value]` prepared for [`self_attention`], or
+    /// `None` unless their parameters are plain `flex` `f32` tensors.
+    ///
+    /// # Panics
+    /// When a projection is not `d x d` (a shape contract of the caller).
+    pub(crate) fn new(layers: [&Linear; 3], d: usize) -> Option<Self> {
+        let sources = qkv_params(layers)?;
+        let d3 = 3 * d;
+        // [d, 3d]: the three weights side by side, and their biases
+        let mut w = vec![0f32; d * d3];
+        for (part, wt) in sources[..3].iter().enumerate() {
+            let wt = contiguous(wt.clone()?);
+            assert_eq!(
+                wt.layout().shape().to_vec(),
+                vec![d, d],
+                "self_attention: projections must be {d}x{d}"
+            );
+            let src = &wt.storage::<f32>()[..d * d];
+            for (dst, row) in w.chunks_exact_mut(d3).zip(src.chunks_exact(d)) {
+                dst[part * d..(part + 1) * d].copy_from_slice(row);
+            }
+        }
+        let mut b = vec![0f32; d3];
+        for (part, bt) in sources[3..].iter().enumerate() {
+            if let Some(bt) = bt {
+                let bt = contiguous(bt.clone());
+                b[part * d..(part + 1) * d].copy_from_slice(&bt.storage::<f32>()[..d]);
+            }
+        }
+        Some(Self { d, w, b, sources })
+    }
+
+    /// Whether these weights were built from exactly the parameters `layers` holds now (same
+    /// storage, same view), so that they still equal a fresh [`Self::new`].
+    pub(crate) fn built_from(&self, layers: [&Linear; 3]) -> bool {
+        qkv_params(layers).is_some_and(|now| {
+            now.len() == self.sources.len()
+                && now.iter().zip(&self.sources).all(|(a, b)| match (a, b) {
+                    (Some(a), Some(b)) => same_tensor(a, b),
+                    (None, None) => true,
+                    _ => false,
+                })
+        })
+    }
+}
+
+/// `softmax(q kᵀ / sqrt(d_head)) v` with `q, k, v` the three projections `qkv` of the packed
+/// rows `x`, each sequence attending to its own rows only, heads merged: the context that
+/// BERT's attention output layer reads. Returns `None` (nothing computed) unless `x` is a
+/// plain `flex` `f32` tensor.
 ///
 /// # Shapes
-/// - `x`: `[T, d]`, with `heads` dividing `d`
+/// - `x`: `[T, d]`, with `heads` dividing `d` and `d` the width `qkv` was built for
 /// - `offsets`: `B + 1` row offsets from 0 to `T`
 /// - output: `[T, d]`
 ///
 /// # Panics
-/// When `offsets` does not partition the `T` rows or a projection is not `d x d` (shape
+/// When `offsets` does not partition the `T` rows or `qkv` is of another width (shape
 /// contracts of the caller).
 pub(crate) fn self_attention(
     x: &Tensor<2>,
-    [query, key, value]: [&Linear; 3],
+    qkv_weights: &QkvWeights,
     heads: usize,
     offsets: &[usize],
 ) -> Option<Tensor<2>> {
@@ -108,44 +205,20 @@ pub(crate) fn self_attention(
         heads > 0 && d % heads == 0,
         "self_attention: {heads} heads do not divide width {d}"
     );
+    assert_eq!(
+        qkv_weights.d, d,
+        "self_attention: projections must be {d}x{d}"
+    );
     let xf = flex_f32(x.clone())?;
-    let mut w = Vec::with_capacity(3);
-    let mut bias = Vec::with_capacity(3);
-    for layer in [query, key, value] {
-        let wt = flex_f32(layer.weight.val())?;
-        assert_eq!(
-            wt.layout().shape().to_vec(),
-            vec![d, d],
-            "self_attention: projections must be {d}x{d}"
-        );
-        w.push(wt);
-        bias.push(match &layer.bias {
-            Some(p) => Some(flex_f32(p.val())?),
-            None => None,
-        });
-    }
     let d3 = 3 * d;
-    // [d, 3d]: the three weights side by side, and their biases
-    let mut w_qkv = vec![0f32; d * d3];
-    for (part, wt) in w.iter().enumerate() {
-        let src = &wt.storage::<f32>()[..d * d];
-        for (dst, row) in w_qkv.chunks_exact_mut(d3).zip(src.chunks_exact(d)) {
-            dst[part * d..(part + 1) * d].copy_from_slice(row);
-        }
-    }
-    let mut b_qkv = vec![0f32; d3];
-    for (part, bt) in bias.iter().enumerate() {
-        if let Some(bt) = bt {
-            b_qkv[part * d..(part + 1) * d].copy_from_slice(&bt.storage::<f32>()[..d]);
-        }
-    }
+    let (w_qkv, b_qkv) = (&qkv_weights.w, &qkv_weights.b);
     let mut qkv = vec![0f32; t * d3];
     gemm::gemm(
         MatRef::row_major(&xf.storage::<f32>()[..t * d], t, d),
-        MatRef::row_major(&w_qkv, d, d3),
+        MatRef::row_major(w_qkv, d, d3),
         &mut qkv,
         Epilogue {
-            bias: Some(&b_qkv),
+            bias: Some(b_qkv),
             ..Epilogue::default()
         },
     );
@@ -184,7 +257,7 @@ pub(crate) fn self_attention(
 fn softmax_rows(scores: &mut [f32], n: usize, scale: f32) {
     for row in scores.chunks_exact_mut(n) {
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let sum = crate::kernels::exp_shifted_in_place(row, scale, max * scale);
+        let sum = crate::cpu::elementwise::exp_shifted_in_place(row, scale, max * scale);
         let inv = 1.0 / sum;
         row.iter_mut().for_each(|v| *v *= inv);
     }
@@ -193,7 +266,7 @@ fn softmax_rows(scores: &mut [f32], n: usize, scale: f32) {
 /// Dropout on the attention probabilities: `(seed, threshold, scale)` and the padded length
 /// `L` that numbers the elements (element `(i, j)` of head `h` of sequence `s` is number
 /// `((s H + h) L + i) L + j`, its index in the `[B, H, L, L]` probabilities of the padded
-/// batch, so the masks equal those of [`crate::kernels::dropout`] on the padded layout).
+/// batch, so the masks equal those of [`crate::cpu::elementwise::dropout`] on the padded layout).
 #[derive(Debug, Clone, Copy)]
 struct AttnDrop {
     state: (u64, u32, f32),
@@ -224,12 +297,22 @@ impl AttnDrop {
             match src {
                 Some(src) => {
                     for (j, (d, &v)) in row.iter_mut().zip(&src[i * n..(i + 1) * n]).enumerate() {
-                        *d = v * crate::kernels::dropout_factor(seed, base + j, threshold, scale);
+                        *d = v * crate::cpu::elementwise::dropout_factor(
+                            seed,
+                            base + j,
+                            threshold,
+                            scale,
+                        );
                     }
                 }
                 None => {
                     for (j, d) in row.iter_mut().enumerate() {
-                        *d *= crate::kernels::dropout_factor(seed, base + j, threshold, scale);
+                        *d *= crate::cpu::elementwise::dropout_factor(
+                            seed,
+                            base + j,
+                            threshold,
+                            scale,
+                        );
                     }
                 }
             }
@@ -272,11 +355,11 @@ fn positive_strides(t: FlexTensor) -> FlexTensor {
 
 /// Training attention on packed rows: per sequence and head, `softmax(q kᵀ / sqrt(d_head))`
 /// over the sequence's own rows, dropout on the probabilities (when `dropout` is active:
-/// training mode, `prob > 0`), times `v`, heads merged. It is [`crate::attention`]'s
+/// training mode, `prob > 0`), times `v`, heads merged. It is [`crate::ops`]'
 /// spelled-out training attention as one autodiff operation with a hand-written backward
 /// step on the `flex` backend. Dropout draws one seed from the device's generator and
 /// numbers the elements as in the padded batch of length `padded_len` (see [`AttnDrop`]), so
-/// with the same device seed it drops the same elements as [`crate::kernels::dropout`] does
+/// with the same device seed it drops the same elements as [`crate::cpu::elementwise::dropout`] does
 /// on the padded probabilities.
 ///
 /// Returns `None` (nothing computed) unless the inputs are `f32` tensors of an autodiff
@@ -312,7 +395,7 @@ pub(crate) fn attention_train(
     let ka = k.clone().try_into_primitive::<Autodiff<Flex>>().ok()?;
     let va = v.clone().try_into_primitive::<Autodiff<Flex>>().ok()?;
     let drop = (dropout.training.is_enabled() && dropout.prob > 0.0).then(|| AttnDrop {
-        state: crate::kernels::dropout_state(dropout.prob, &q.device()),
+        state: crate::cpu::elementwise::dropout_state(dropout.prob, &q.device()),
         len: padded_len,
     });
     let qf = positive_strides(qa.primitive().clone());
@@ -467,10 +550,10 @@ impl Backward<Flex, 3> for AttnBackward {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::{
-        attend, attend_with_dropout, key_padding_mask, merge_heads, split_heads,
+    use crate::ops::{
+        Packing, attention as attend, attention_with_dropout as attend_with_dropout,
+        key_padding_mask, merge_heads, split_heads,
     };
-    use crate::packing::Packing;
     use burn::nn::LinearConfig;
     use burn::tensor::Distribution;
 
@@ -504,13 +587,9 @@ mod tests {
             .map(|i| (i / l == 1 && i % l >= 5) || (i / l == 2 && i % l >= 1) || i / l == 3)
             .collect();
         let packing = Packing::new(&pad, b, l, &device);
-        let ours = self_attention(
-            &packing.pack(x.clone()),
-            [&layers[0], &layers[1], &layers[2]],
-            heads,
-            packing.offsets(),
-        )
-        .expect("flex f32");
+        let qkv = QkvWeights::new([&layers[0], &layers[1], &layers[2]], d).expect("flex f32");
+        let ours = self_attention(&packing.pack(x.clone()), &qkv, heads, packing.offsets())
+            .expect("flex f32");
         let q = split_heads(layers[0].forward(x.clone()), heads);
         let k = split_heads(layers[1].forward(x.clone()), heads);
         let v = split_heads(layers[2].forward(x.clone()), heads);
@@ -604,8 +683,48 @@ mod tests {
     fn declines_autodiff_tensors() {
         let device = Device::default().autodiff();
         let layer = LinearConfig::new(8, 8).init(&device);
+        assert!(QkvWeights::new([&layer, &layer, &layer], 8).is_none());
+        let plain = LinearConfig::new(8, 8).init(&Device::default());
+        let qkv = QkvWeights::new([&plain, &plain, &plain], 8).expect("flex f32");
         let x = Tensor::<2>::zeros([2, 8], &device);
-        assert!(self_attention(&x, [&layer, &layer, &layer], 2, &[0, 2]).is_none());
+        assert!(self_attention(&x, &qkv, 2, &[0, 2]).is_none());
+    }
+
+    /// Prepared weights stay valid for the parameters they were built from (clones of the
+    /// module included) and not for changed ones, however equal in shape.
+    #[test]
+    fn prepared_weights_know_their_parameters() {
+        let _rng = crate::rng_lock();
+        let device = Device::default();
+        device.seed(8);
+        let lin = || LinearConfig::new(8, 8).init(&device);
+        let (q, k, v) = (lin(), lin(), lin());
+        let qkv = QkvWeights::new([&q, &k, &v], 8).expect("flex f32");
+        assert!(qkv.built_from([&q, &k, &v]));
+        let (q2, k2, v2) = (q.clone(), k.clone(), v.clone());
+        assert!(
+            qkv.built_from([&q2, &k2, &v2]),
+            "a clone shares the parameters"
+        );
+        assert!(!qkv.built_from([&k, &q, &v]), "other order");
+        let stepped = q.clone().map(&mut Scale(0.5));
+        assert!(!qkv.built_from([&stepped, &k, &v]), "updated weights");
+        let rebuilt = QkvWeights::new([&stepped, &k, &v], 8).expect("flex f32");
+        assert!(rebuilt.built_from([&stepped, &k, &v]));
+        assert_ne!(rebuilt.w, qkv.w);
+    }
+
+    /// Multiplies every parameter by a constant, as an optimizer step replaces them.
+    struct Scale(f64);
+
+    impl burn::module::ModuleMapper for Scale {
+        fn map_float<const D: usize>(
+            &mut self,
+            param: burn::module::Param<Tensor<D>>,
+        ) -> burn::module::Param<Tensor<D>> {
+            let factor = self.0;
+            param.map(|t| t.mul_scalar(factor))
+        }
     }
 
     #[test]

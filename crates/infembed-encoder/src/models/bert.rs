@@ -1,7 +1,6 @@
 //! The BERT family backbone (BERT, MiniLM, e5, bge, gte): absolute position embeddings,
 //! post-norm transformer layers with exact (erf) GELU.
 
-use std::cell::OnceCell;
 use std::path::Path;
 
 use burn::nn::{
@@ -11,18 +10,14 @@ use burn::nn::{
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::attention::{attend_with_dropout, key_padding_mask, merge_heads, split_heads};
-use crate::backbone::BackboneInput;
+use super::input::BackboneInput;
 use crate::error::{Error, Result};
-use crate::fused;
-use crate::kernels::dropout;
-use crate::linear::{linear, linear_gelu};
-use crate::norm::layer_norm;
-use crate::packing::Packing;
+use crate::ops::{self, FusedQkv, dropout, layer_norm, linear, linear_gelu};
 use crate::weights;
 
 /// Hyper-parameters of a BERT checkpoint, as in its Hugging Face `config.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct BertConfig {
     /// Vocabulary size.
     pub vocab_size: usize,
@@ -134,6 +129,7 @@ impl BertConfig {
                                 heads: self.num_attention_heads,
                                 dropout: DropoutConfig::new(self.attention_probs_dropout_prob)
                                     .init(),
+                                fused: FusedQkv::default(),
                             },
                             output: BertResidualOutput {
                                 dense: lin(d, d),
@@ -198,7 +194,7 @@ pub struct BertModel {
     /// the sentence-embedding poolings.
     pub pooler: Option<BertPooler>,
     /// The LayerNorms' epsilon (burn's `LayerNorm` keeps its own private; the fused training
-    /// LayerNorm of [`crate::norm`] needs the value).
+    /// LayerNorm of [`crate::ops`] needs the value).
     pub layer_norm_eps: f64,
 }
 
@@ -257,6 +253,23 @@ pub struct BertSelfAttention {
     pub heads: usize,
     /// Dropout on the attention probabilities (training only).
     pub dropout: Dropout,
+    /// The three projections prepared once for the inference kernel (no parameters).
+    #[module(skip)]
+    fused: FusedQkv,
+}
+
+impl BertSelfAttention {
+    /// The context of the packed rows `x` (`[T, d]`): [`ops::self_attention`].
+    fn forward(&self, x: &Tensor<2>, packing: &ops::Packing) -> Tensor<2> {
+        ops::self_attention(
+            [&self.query, &self.key, &self.value],
+            self.heads,
+            &self.dropout,
+            &self.fused,
+            x,
+            packing,
+        )
+    }
 }
 
 /// `LayerNorm(dropout(dense(x)) + residual)`.
@@ -296,20 +309,13 @@ impl BertModel {
     ///
     /// The batch runs packed: only its real tokens, stacked as `[T, d]` rows, go through the
     /// layers, and each attends to the real tokens of its own row, so the states of real tokens do not
-    /// depend on how much padding the batch holds. The padding flags are read to the host
-    /// once per pass (they decide the layout).
+    /// depend on how much padding the batch holds. The layout comes with the input (built on
+    /// the host from the tokenizer's padding).
     pub fn forward(&self, input: &BackboneInput) -> Tensor<3> {
         let [b, l] = input.input_ids.dims();
         let device = input.input_ids.device();
         let d = self.embeddings.word_embeddings.weight.dims()[1];
-        let pad: Vec<bool> = match input.padding.clone().into_data().try_to_vec::<bool>() {
-            Ok(flags) => flags,
-            // a backend that stores flags in another type: the lengths, right-padded
-            Err(_) => (0..b * l)
-                .map(|i| i % l >= input.lengths.get(i / l).copied().unwrap_or(0))
-                .collect(),
-        };
-        let packing = Packing::new(&pad, b, l, &device);
+        let packing = &input.packing;
         if packing.len() == 0 {
             return Tensor::zeros([b, l, d], &device);
         }
@@ -326,114 +332,12 @@ impl BertModel {
             &e.dropout,
             layer_norm(&e.layer_norm, eps, x.reshape([t, d])),
         );
-        // burn's attention (off `flex`) needs the padded batch's key mask, built once
-        let mask = OnceCell::new();
         for layer in &self.encoder.layer {
-            let sa = &layer.attention.self_attn;
-            let ctx = self_attention(sa, &x, &packing, l).unwrap_or_else(|| {
-                let mask = mask.get_or_init(|| key_padding_mask(input.padding.clone()));
-                self_attention_padded(sa, &x, &packing, mask.clone())
-            });
+            let ctx = layer.attention.self_attn.forward(&x, packing);
             let h = layer.attention.output.forward(ctx, x, eps);
             let inner = linear_gelu(&layer.intermediate.dense, h.clone());
             x = layer.output.forward(inner, h, eps);
         }
         packing.unpack(x)
-    }
-}
-
-/// The attention context of packed rows `x` (`[T, d]`) through [`fused`]: the inference
-/// kernel on plain tensors, the training operation (with its dropout) on autodiff ones.
-/// `None` off the `flex` backend.
-fn self_attention(
-    sa: &BertSelfAttention,
-    x: &Tensor<2>,
-    packing: &Packing,
-    padded_len: usize,
-) -> Option<Tensor<2>> {
-    let layers = [&sa.query, &sa.key, &sa.value];
-    if !x.device().is_autodiff() {
-        return fused::self_attention(x, layers, sa.heads, packing.offsets());
-    }
-    if !fused::trains(x) {
-        return None;
-    }
-    let [q, k, v] = layers.map(|layer| linear(layer, x.clone()));
-    fused::attention_train(
-        [&q, &k, &v],
-        sa.heads,
-        packing.offsets(),
-        padded_len,
-        &sa.dropout,
-    )
-}
-
-/// [`self_attention`] through burn's ops, on the padded batch whose key mask
-/// ([`key_padding_mask`]) is `mask`.
-fn self_attention_padded(
-    sa: &BertSelfAttention,
-    x: &Tensor<2>,
-    packing: &Packing,
-    mask: Tensor<4, Bool>,
-) -> Tensor<2> {
-    let xp = packing.unpack(x.clone());
-    let q = split_heads(linear(&sa.query, xp.clone()), sa.heads);
-    let k = split_heads(linear(&sa.key, xp.clone()), sa.heads);
-    let v = split_heads(linear(&sa.value, xp), sa.heads);
-    packing.pack(merge_heads(attend_with_dropout(q, k, v, mask, &sa.dropout)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use burn::tensor::Distribution;
-
-    /// The fused attention on packed rows equals the fallback that other backends run (burn's
-    /// ops on the batch unpacked around them), for inference and for training with
-    /// attention dropout (same device seed, same masks).
-    #[test]
-    fn fused_attention_equals_the_padded_fallback() {
-        let _rng = crate::rng_lock();
-        let (d, heads) = (16, 4);
-        let ids: Vec<Vec<u32>> = [6u32, 2, 4].iter().map(|&n| (0..n).collect()).collect();
-        let types: Vec<Vec<u32>> = ids.iter().map(|r| vec![0; r.len()]).collect();
-        for device in [Device::default(), Device::default().autodiff()] {
-            let input = BackboneInput::from_ids(&ids, &types, 0, false, &device);
-            let [b, l] = input.input_ids.dims();
-            let pad = input
-                .padding
-                .clone()
-                .into_data()
-                .try_to_vec::<bool>()
-                .expect("bool flags");
-            let packing = Packing::new(&pad, b, l, &device);
-            device.seed(3);
-            let lin = || LinearConfig::new(d, d).init(&device);
-            let sa = BertSelfAttention {
-                query: lin(),
-                key: lin(),
-                value: lin(),
-                heads,
-                dropout: DropoutConfig::new(0.2).init(),
-            };
-            let x =
-                Tensor::<2>::random([packing.len(), d], Distribution::Normal(0.0, 1.0), &device);
-            // burn initializes parameters lazily, drawing from the generator on first use:
-            // do it now so that both paths below draw only their dropout seed
-            for layer in [&sa.query, &sa.key, &sa.value] {
-                let _ = (layer.weight.val(), layer.bias.as_ref().map(|b| b.val()));
-            }
-            device.seed(9);
-            let fused = self_attention(&sa, &x, &packing, l).expect("flex f32");
-            device.seed(9);
-            let mask = key_padding_mask(input.padding.clone());
-            let padded = self_attention_padded(&sa, &x, &packing, mask);
-            let diff = (fused - padded).abs().max().into_scalar::<f32>();
-            assert!(
-                diff < 1e-5,
-                "autodiff {}: differs by {diff}",
-                device.is_autodiff()
-            );
-        }
     }
 }

@@ -2,9 +2,8 @@
 //! the CPU encoder.
 //!
 //! burn 0.22's `flex` backend multiplies with the `gemm` crate, which packs the right-hand
-//! matrix again for every batch element of a broadcast batched product and reaches about
-//! 80 GFLOP/s on this repository's 2-core benchmark machine for the `K = 384` products that
-//! make up two thirds of a MiniLM layer (PyTorch's MKL: 105-127). This module computes
+//! matrix again for every batch element of a broadcast batched product (speeds on the `K = 384`
+//! products that make up two thirds of a MiniLM layer: docs/benchmarks.md). This module computes
 //! `C = act(A B + bias [+ C])` the textbook way (Goto/BLIS):
 //!
 //! - `B` is packed once per call into panels of [`NR`] columns, `KC` rows deep, so the micro-kernel
@@ -49,9 +48,9 @@ fn detect() -> Option<Fast> {
 }
 
 /// Rows of the micro-kernel's output tile.
-pub const MR: usize = 6;
+pub(crate) const MR: usize = 6;
 /// Columns of the micro-kernel's output tile (two AVX vectors of eight lanes).
-pub const NR: usize = 16;
+pub(crate) const NR: usize = 16;
 /// Depth of one packed block: a `KC x NR` panel of `B` (16 KiB) and a `MR x KC` panel of `A`
 /// (6 KiB) fit together in a 32 KiB L1 cache.
 const KC: usize = 512;
@@ -109,11 +108,13 @@ impl<'a> MatRef<'a> {
     }
 
     /// Number of rows.
+    #[cfg_attr(not(feature = "bench-internals"), allow(dead_code))]
     pub fn rows(&self) -> usize {
         self.rows
     }
 
     /// Number of columns.
+    #[cfg_attr(not(feature = "bench-internals"), allow(dead_code))]
     pub fn cols(&self) -> usize {
         self.cols
     }
@@ -129,7 +130,7 @@ impl<'a> MatRef<'a> {
 pub enum Activation {
     /// None.
     Identity,
-    /// Exact (erf) GELU, as [`crate::kernels::gelu`].
+    /// Exact (erf) GELU, as [`crate::cpu::elementwise::gelu`].
     Gelu,
 }
 
@@ -525,7 +526,7 @@ fn write_tile_row(out: &mut [f32], acc: &[f32; NR], j0: usize, ep: Epilogue<'_>)
     }
     if ep.activation == Activation::Gelu {
         for x in v.iter_mut() {
-            *x = crate::kernels::gelu_scalar(*x);
+            *x = crate::cpu::elementwise::gelu_scalar(*x);
         }
     }
     out.copy_from_slice(&v[..width]);
@@ -565,7 +566,7 @@ fn write_tile_v3(
     if ep.activation == Activation::Gelu {
         for quad in v.chunks_exact_mut(4) {
             let quad: &mut [f32x8; 4] = quad.try_into().expect("four");
-            crate::kernels::gelu_v3_many(simd, quad);
+            crate::cpu::elementwise::gelu_v3_many(simd, quad);
         }
     }
     for (r, pair) in v.chunks_exact(2).enumerate() {
@@ -591,8 +592,8 @@ fn write_row_v3(simd: V3, out: &mut [f32; NR], acc: &[f32; NR], j0: usize, ep: E
     }
     if ep.activation == Activation::Gelu {
         v = [
-            crate::kernels::gelu_v3(simd, v[0]),
-            crate::kernels::gelu_v3(simd, v[1]),
+            crate::cpu::elementwise::gelu_v3(simd, v[0]),
+            crate::cpu::elementwise::gelu_v3(simd, v[1]),
         ];
     }
     *out = pulp::cast(v);
@@ -650,7 +651,7 @@ mod tests {
                     v += bias[j];
                 }
                 if ep.activation == Activation::Gelu {
-                    v = crate::kernels::gelu_scalar(v);
+                    v = crate::cpu::elementwise::gelu_scalar(v);
                 }
                 c[i * n + j] = v;
             }

@@ -1,0 +1,25 @@
+//! The CPU wing: kernels for burn's `flex` backend, private to the crate. The models never
+//! call them; [`crate::ops`] does, and runs burn's own op whenever a kernel hands its input
+//! back (another backend, another dtype, a checkpointing autodiff).
+//!
+//! - [`gemm`]: a packed, cache-blocked `f32` matrix product with a fused epilogue (bias,
+//!   residual, GELU), the linear layers' and attention's products;
+//! - [`elementwise`]: exact GELU and dropout, vectorized and threaded, with their backward steps;
+//! - [`linear`]: linear layers (optionally with GELU) through [`gemm`], with their backward step;
+//! - [`norm`]: LayerNorm as one autodiff operation;
+//! - [`attention`]: the packed self-attention of the BERT family, for inference and training.
+//!
+//! Each kernel chooses its code path at run time from the processor's features (AVX2/FMA
+//! through `pulp`'s safe wrappers, a portable loop otherwise). Benchmarks reach the matrix
+//! product through the `bench-internals` cargo feature ([`crate::bench_internals`]).
+
+// The `try_*` kernels return `Result<Tensor, Tensor>`: the `Err` hands the caller's own
+// tensor back untouched (no copy), and both variants are one tensor handle.
+pub(crate) mod attention;
+#[allow(clippy::result_large_err)]
+pub(crate) mod elementwise;
+pub(crate) mod gemm;
+#[allow(clippy::result_large_err)]
+pub(crate) mod linear;
+#[allow(clippy::result_large_err)]
+pub(crate) mod norm;

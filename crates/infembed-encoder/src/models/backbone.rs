@@ -1,0 +1,57 @@
+//! The backbone enum (one variant per architecture): loading, the forward pass and saving,
+//! dispatched to the model of the checkpoint's architecture.
+
+use std::path::Path;
+
+use burn::prelude::*;
+
+use super::bert::{self, BertModel};
+use super::config::ArchitectureConfig;
+use super::decoder::DecoderModel;
+use super::input::BackboneInput;
+use super::modernbert::{self, ModernBertModel};
+use crate::error::Result;
+use crate::weights;
+
+/// A transformer backbone turning token ids into hidden states.
+// One backbone per tower lives for the whole run, so the size difference between variants
+// costs nothing worth an extra indirection.
+#[allow(clippy::large_enum_variant)]
+#[derive(Module, Debug)]
+pub enum Backbone {
+    /// BERT family.
+    Bert(BertModel),
+    /// ModernBERT.
+    ModernBert(ModernBertModel),
+    /// Qwen2 / Llama decoders.
+    Decoder(DecoderModel),
+}
+
+impl Backbone {
+    /// Builds the backbone described by `arch` and loads `dir/model.safetensors` into it.
+    pub fn load(arch: &ArchitectureConfig, dir: &Path, device: &Device) -> Result<Self> {
+        Ok(match arch {
+            ArchitectureConfig::Bert(c) => Self::Bert(c.load(dir, device)?),
+            ArchitectureConfig::ModernBert(c) => Self::ModernBert(c.load(dir, device)?),
+            ArchitectureConfig::Decoder(c) => Self::Decoder(c.load(dir, device)?),
+        })
+    }
+
+    /// Last-layer hidden states `[B, L, d]`.
+    pub fn forward(&self, input: &BackboneInput) -> Tensor<3> {
+        match self {
+            Self::Bert(m) => m.forward(input),
+            Self::ModernBert(m) => m.forward(input),
+            Self::Decoder(m) => m.forward(input),
+        }
+    }
+
+    /// Writes the weights to `path` (safetensors) under their original Hugging Face names.
+    pub fn save_safetensors(&self, path: &Path) -> Result<()> {
+        match self {
+            Self::Bert(m) => weights::save_from(m, path, &bert::SAVE_REMAPS),
+            Self::ModernBert(m) => weights::save_from(m, path, &modernbert::SAVE_REMAPS),
+            Self::Decoder(m) => weights::save_from(m, path, &[]),
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! Attention: scaled dot-product attention on padded batches (every backbone: padding masks,
+//! optional causal masking, grouped-query attention, BERT's attention dropout), the packed
+//! self-attention of the BERT family (the `flex` kernels of [`crate::cpu::attention`], else
+//! burn's ops on the padded batch), and the head/mask glue around them.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use burn::nn::{Dropout, Linear};
+use burn::prelude::*;
+use burn::tensor::activation::softmax;
+use burn::tensor::ops::AttentionModuleOptions;
+
+use super::{Packing, dropout, linear};
+use crate::cpu::attention::{self as kernel, QkvWeights};
+
+/// A key-padding mask for attention: `[B, 1, L, L]`, `true` where the KEY is padding.
+///
+/// `pad` is `[B, L]` with `true` on padding positions.
+pub(crate) fn key_padding_mask(pad: Tensor<2, Bool>) -> Tensor<4, Bool> {
+    let [b, l] = pad.dims();
+    pad.reshape([b, 1, 1, l]).expand([b, 1, l, l])
+}
+
+/// `softmax(q k^T / sqrt(d_head) masked) v`.
+///
+/// Shapes: `q: [B, H, L, Dh]`, `k, v: [B, Hkv, L, Dh]` with `H % Hkv == 0` (grouped-query
+/// attention shares each key/value head among `H / Hkv` query heads), `mask: [B, 1, L, L]`
+/// (`true` = masked out). Returns `[B, H, L, Dh]`. A query row whose keys are all masked
+/// yields zeros (never NaN).
+pub(crate) fn attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: Tensor<4, Bool>,
+    causal: bool,
+) -> Tensor<4> {
+    let [b, h, lq, dh] = q.dims();
+    let [_, kv_heads, lk, _] = k.dims();
+    assert!(
+        h % kv_heads == 0,
+        "attention: {h} query heads not divisible by {kv_heads} key/value heads"
+    );
+    // The native CPU kernel handles grouped heads and broadcast masks itself; the
+    // decomposed (autodiff) path needs them spelled out.
+    let decomposed = q.device().is_autodiff();
+    let (k, v, mask) = if decomposed {
+        let rep = h / kv_heads;
+        let repeat = |t: Tensor<4>| {
+            if rep == 1 {
+                t
+            } else {
+                t.unsqueeze_dim::<5>(2)
+                    .expand([b, kv_heads, rep, lk, dh])
+                    .reshape([b, h, lk, dh])
+            }
+        };
+        (repeat(k), repeat(v), mask.expand([b, h, lq, lk]))
+    } else {
+        (k, v, mask)
+    };
+    burn::tensor::module::attention(
+        q,
+        k,
+        v,
+        Some(mask),
+        None,
+        AttentionModuleOptions {
+            scale: None,
+            softcap: None,
+            is_causal: causal,
+        },
+    )
+}
+
+/// [`attention`] (no causal mask, `H == Hkv`) with dropout on the attention probabilities, as
+/// Hugging Face's BERT trains. When `dropout` is active (training mode on an autodiff device,
+/// `prob > 0`) the product is spelled out (`softmax(q k^T / sqrt(d_head))`, masked keys
+/// pushed down by 1e9, dropout, times `v`); otherwise this is [`attention`].
+///
+/// (On the `flex` backend BERT runs [`self_attention`]'s packed kernels instead, which draw
+/// the same dropout masks.)
+pub(crate) fn attention_with_dropout(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: Tensor<4, Bool>,
+    dropout: &Dropout,
+) -> Tensor<4> {
+    let active = dropout.prob > 0.0 && dropout.training.is_enabled() && q.device().is_autodiff();
+    if active {
+        attend_decomposed(q, k, v, mask, dropout)
+    } else {
+        attention(q, k, v, mask, false)
+    }
+}
+
+/// The spelled-out attention of [`attention_with_dropout`]. Shapes as [`attention`] with
+/// `H == Hkv`.
+fn attend_decomposed(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: Tensor<4, Bool>,
+    dropout_module: &Dropout,
+) -> Tensor<4> {
+    let dh = q.dims()[3];
+    let scores = q
+        .matmul(k.swap_dims(2, 3))
+        .mul_scalar(1.0 / (dh as f64).sqrt());
+    // An additive constant (-1e9 on masked keys, broadcast over heads) rather than `mask_fill`:
+    // the same softmax (masked terms underflow to 0 either way), but no `[B, H, L, L]` mask is
+    // materialized and the backward pass has no masking step.
+    let scores = scores + mask.float().mul_scalar(-1e9);
+    let probs = dropout(dropout_module, softmax(scores, 3));
+    probs.matmul(v)
+}
+
+/// The query, key and value projections prepared once per model for the `flex` inference
+/// kernel (their weights side by side, see [`QkvWeights`]), kept by the model that owns the
+/// projections and shared by its clones. The prepared weights are rebuilt only when the
+/// projections' parameters are no longer those they were built from (a new model after an
+/// optimizer step, a load, a move to another device); they are no parameters themselves
+/// (neither trained nor saved).
+#[derive(Clone, Default)]
+pub(crate) struct FusedQkv(Arc<Mutex<Option<Arc<QkvWeights>>>>);
+
+impl std::fmt::Debug for FusedQkv {
+    // the prepared weights are as large as the projections: say only whether they are there
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let prepared = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
+        f.debug_struct("FusedQkv")
+            .field("prepared", &prepared)
+            .finish()
+    }
+}
+
+impl FusedQkv {
+    /// The prepared weights of `layers` (`d x d` each), built now when missing or stale;
+    /// `None` unless the parameters are plain `flex` `f32` tensors.
+    fn get(&self, layers: [&Linear; 3], d: usize) -> Option<Arc<QkvWeights>> {
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(w) = slot.as_ref().filter(|w| w.built_from(layers)) {
+            return Some(Arc::clone(w));
+        }
+        let w = Arc::new(QkvWeights::new(layers, d)?);
+        *slot = Some(Arc::clone(&w));
+        Some(w)
+    }
+}
+
+/// BERT's self-attention context of the packed rows `x` (`[T, d]`, laid out by `packing`):
+/// per sequence and head `softmax(q kᵀ / sqrt(d_head))`, dropped out by `dropout` when it is
+/// active, times `v`, heads merged, with `q, k, v` the projections `[query, key, value]` of
+/// `x`. On the `flex` backend this runs the packed kernels of [`crate::cpu::attention`]
+/// (inference through the weights `fused` prepares once per model, training as one autodiff
+/// operation); elsewhere burn's ops on the padded batch ([`padded_self_attention`]), which
+/// give the same values and, with the same device seed, drop the same elements.
+///
+/// # Shapes
+/// - `x`: `[T, d]`, `heads` dividing `d`, each projection `d x d`
+/// - output: `[T, d]`
+pub(crate) fn self_attention(
+    layers: [&Linear; 3],
+    heads: usize,
+    dropout: &Dropout,
+    fused: &FusedQkv,
+    x: &Tensor<2>,
+    packing: &Packing,
+) -> Tensor<2> {
+    let d = x.dims()[1];
+    if !x.device().is_autodiff() {
+        let ctx = fused
+            .get(layers, d)
+            .and_then(|w| kernel::self_attention(x, &w, heads, packing.offsets()));
+        if let Some(ctx) = ctx {
+            return ctx;
+        }
+    } else if kernel::trains(x) {
+        let [q, k, v] = layers.map(|layer| linear(layer, x.clone()));
+        let ctx = kernel::attention_train(
+            [&q, &k, &v],
+            heads,
+            packing.offsets(),
+            packing.padded_len(),
+            dropout,
+        );
+        if let Some(ctx) = ctx {
+            return ctx;
+        }
+    }
+    padded_self_attention(layers, heads, dropout, x, packing)
+}
+
+/// [`self_attention`] through burn's ops: the rows unpacked to the padded batch, whose key
+/// mask ([`Packing::key_mask`]) hides the padding.
+pub(crate) fn padded_self_attention(
+    [query, key, value]: [&Linear; 3],
+    heads: usize,
+    dropout: &Dropout,
+    x: &Tensor<2>,
+    packing: &Packing,
+) -> Tensor<2> {
+    let xp = packing.unpack(x.clone());
+    let q = split_heads(linear(query, xp.clone()), heads);
+    let k = split_heads(linear(key, xp.clone()), heads);
+    let v = split_heads(linear(value, xp), heads);
+    packing.pack(merge_heads(attention_with_dropout(
+        q,
+        k,
+        v,
+        packing.key_mask(),
+        dropout,
+    )))
+}
+
+/// Splits `[B, L, H*Dh]` into heads: `[B, H, L, Dh]`.
+pub(crate) fn split_heads(x: Tensor<3>, heads: usize) -> Tensor<4> {
+    let [b, l, d] = x.dims();
+    x.reshape([b, l, heads, d / heads]).swap_dims(1, 2)
+}
+
+/// Merges heads back: `[B, H, L, Dh]` to `[B, L, H*Dh]`.
+pub(crate) fn merge_heads(x: Tensor<4>) -> Tensor<3> {
+    let [b, h, l, dh] = x.dims();
+    x.swap_dims(1, 2).reshape([b, l, h * dh])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::nn::{DropoutConfig, LinearConfig};
+    use burn::tensor::Distribution;
+
+    /// The packed self-attention (the `flex` kernels) equals the fallback that other backends
+    /// run (burn's ops on the batch unpacked around them), for inference and for training with
+    /// attention dropout (same device seed, same masks); in inference, twice through the same
+    /// prepared weights.
+    #[test]
+    fn packed_self_attention_equals_the_padded_fallback() {
+        let _rng = crate::rng_lock();
+        let (d, heads) = (16, 4);
+        // lengths 6, 2, 4: rows 1 and 2 end in padding
+        let lengths = [6usize, 2, 4];
+        let l = 6;
+        let pad: Vec<bool> = lengths
+            .iter()
+            .flat_map(|&n| (0..l).map(move |j| j >= n))
+            .collect();
+        for device in [Device::default(), Device::default().autodiff()] {
+            let packing = Packing::new(&pad, lengths.len(), l, &device);
+            device.seed(3);
+            let lin = || LinearConfig::new(d, d).init(&device);
+            let (q, k, v) = (lin(), lin(), lin());
+            let layers = [&q, &k, &v];
+            let dropout = DropoutConfig::new(0.2).init();
+            let fused = FusedQkv::default();
+            let x =
+                Tensor::<2>::random([packing.len(), d], Distribution::Normal(0.0, 1.0), &device);
+            // burn initializes parameters lazily, drawing from the generator on first use:
+            // do it now so that both paths below draw only their dropout seed
+            for layer in layers {
+                let _ = (layer.weight.val(), layer.bias.as_ref().map(|b| b.val()));
+            }
+            device.seed(9);
+            let ours = self_attention(layers, heads, &dropout, &fused, &x, &packing);
+            device.seed(9);
+            let padded = padded_self_attention(layers, heads, &dropout, &x, &packing);
+            let diff = (ours.clone() - padded).abs().max().into_scalar::<f32>();
+            assert!(
+                diff < 1e-5,
+                "autodiff {}: differs by {diff}",
+                device.is_autodiff()
+            );
+            let prepared = fused.0.lock().expect("lock").is_some();
+            assert_eq!(
+                prepared,
+                !device.is_autodiff(),
+                "prepared for inference only"
+            );
+            if !device.is_autodiff() {
+                let again = self_attention(layers, heads, &dropout, &fused, &x, &packing);
+                assert_eq!(
+                    again.into_data().try_to_vec::<f32>().expect("f32"),
+                    ours.into_data().try_to_vec::<f32>().expect("f32"),
+                    "the prepared weights give the same bits"
+                );
+            }
+        }
+    }
+
+    /// The spelled-out product (dropout 0) equals the fused attention op, padding included.
+    #[test]
+    fn decomposed_attention_equals_fused_attention() {
+        let _rng = crate::rng_lock();
+        let device = Device::default();
+        let (b, h, l, dh) = (3, 4, 7, 8);
+        device.seed(11);
+        let rand = || Tensor::<4>::random([b, h, l, dh], Distribution::Normal(0.0, 1.0), &device);
+        let (q, k, v) = (rand(), rand(), rand());
+        // rows 1 and 2 end in 2 and 5 padding positions
+        let pad: Vec<bool> = (0..b * l)
+            .map(|i| (i / l == 1 && i % l >= 5) || (i / l == 2 && i % l >= 2))
+            .collect();
+        let pad = Tensor::<2, Bool>::from_data(TensorData::new(pad, [b, l]), &device);
+        let mask = key_padding_mask(pad);
+        let fused = attention(q.clone(), k.clone(), v.clone(), mask.clone(), false);
+        let spelled = attend_decomposed(q, k, v, mask, &DropoutConfig::new(0.0).init());
+        let diff = (fused - spelled).abs().max().into_scalar::<f32>();
+        assert!(diff < 1e-5, "max difference {diff}");
+    }
+
+    /// In training mode the attention probabilities are dropped (reproducibly per seed); in
+    /// evaluation mode nothing changes.
+    #[test]
+    fn attention_dropout_is_active_only_in_training() {
+        let _rng = crate::rng_lock();
+        let device = Device::default().autodiff();
+        device.seed(3);
+        let rand = || Tensor::<4>::random([2, 2, 6, 4], Distribution::Normal(0.0, 1.0), &device);
+        let (q, k, v) = (rand(), rand(), rand());
+        let pad = Tensor::<2, Bool>::from_data(TensorData::new(vec![false; 12], [2, 6]), &device);
+        let mask = key_padding_mask(pad);
+        let drop = DropoutConfig::new(0.5).init();
+        let run = |d: &Dropout, seed: u64| {
+            device.seed(seed);
+            attention_with_dropout(q.clone(), k.clone(), v.clone(), mask.clone(), d)
+                .into_data()
+                .try_to_vec::<f32>()
+                .expect("f32")
+        };
+        let plain = attention(q.clone(), k.clone(), v.clone(), mask.clone(), false)
+            .into_data()
+            .try_to_vec::<f32>()
+            .expect("f32");
+        let eval = run(&drop.valid(), 5);
+        let max_diff = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max)
+        };
+        assert!(max_diff(&eval, &plain) < 1e-6);
+        let (t1, t2, t3) = (run(&drop, 5), run(&drop, 5), run(&drop, 6));
+        assert_eq!(t1, t2, "same seed, same masks");
+        assert!(max_diff(&t1, &plain) > 1e-3, "dropout changed nothing");
+        assert_ne!(t1, t3, "another seed, other masks");
+    }
+}
