@@ -20,7 +20,10 @@ pub struct QuickstartArgs {
 }
 
 pub fn run(args: &QuickstartArgs) -> Result<()> {
-    let shared_data = args.shared_data.clone().or_else(super::shared_data_from_env);
+    let shared_data = args
+        .shared_data
+        .clone()
+        .or_else(super::shared_data_from_env);
     let report = infembed::quickstart::run(&args.config, shared_data.as_deref())?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
