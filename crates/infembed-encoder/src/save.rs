@@ -133,7 +133,9 @@ impl TextEncoder {
 
 impl DualEncoder {
     /// Saves the dual encoder at `dir`: the query tower as a sentence-transformers model
-    /// (normalized, query maximum length), plus the files listed in the [module docs](self).
+    /// (normalized, query maximum length), plus `infembed_encoder.json` (its [`EncoderConfig`]),
+    /// a `passage_tower/` sub-directory (a complete model) when the towers are separate, and
+    /// `interaction.safetensors` (PyTorch `[out, in]` layout) for a learnable Interaction II.
     pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
         let dir = dir.as_ref();
         let d = self.arch().hidden_size();

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::Variable;
+use crate::variable::Variable;
 
 /// Everything that can go wrong in this crate, at config time or when checking a batch's shapes.
 #[derive(Debug, thiserror::Error)]

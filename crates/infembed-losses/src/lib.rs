@@ -80,6 +80,7 @@
 pub mod config;
 pub mod error;
 pub mod objective;
+mod variable;
 
 pub use config::{
     Convention, DEFAULT_TEMPERATURE, LossConfig, Objective, ObjectiveKind, PositiveCount,

@@ -41,8 +41,9 @@
 
 use burn::tensor::{Bool, Tensor};
 
-use crate::config::{Objective, PositiveCount, Reduction, Variable, VariableSet};
+use crate::config::{LossConfig, Objective, PositiveCount, Reduction};
 use crate::error::{Error, Result};
+use crate::variable::{Variable, VariableSet};
 
 /// Which negatives a batch must not count (duplicates of the positive). `true` = excluded.
 ///
@@ -400,5 +401,13 @@ impl ContrastiveLoss {
             .iter()
             .map(|v| (v, logits.univariate(v)))
             .collect()
+    }
+}
+
+impl LossConfig {
+    /// Validates the config and builds the loss.
+    pub fn init(&self) -> Result<ContrastiveLoss> {
+        let objective = self.objective()?;
+        ContrastiveLoss::new(objective, self.logit_scale(), self.reduction)
     }
 }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use crate::error::{Error, Result};
 use crate::measure::Measure;
 use crate::qrels::{Qrels, QueryQrels};
-use crate::ranking::TieBreak;
 use crate::run::{QueryRun, Run};
+use crate::tie::TieBreak;
 use crate::trec_file::WRITER_NAME;
 
 /// How [`evaluate_with`] works.

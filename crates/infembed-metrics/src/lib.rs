@@ -43,6 +43,7 @@ mod pmrr;
 mod qrels;
 mod ranking;
 mod run;
+mod tie;
 mod trec_file;
 
 pub use error::{Error, ParseErrorKind, Result};
@@ -50,5 +51,6 @@ pub use evaluate::{EvalOptions, Evaluation, evaluate, evaluate_with};
 pub use measure::{Measure, TREC_EVAL_CUTOFFS, TREC_EVAL_SUCCESS_CUTOFFS};
 pub use pmrr::{PMrr, PMrrDocument, p_mrr, p_mrr_document_score};
 pub use qrels::{Qrels, QueryQrels};
-pub use ranking::{RankedDocument, Ranking, TieBreak};
+pub use ranking::{RankedDocument, Ranking};
 pub use run::{DEFAULT_RUN_TAG, QueryRun, Run};
+pub use tie::TieBreak;

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::ranking::TieBreak;
 use crate::run::{QueryRun, Run};
+use crate::tie::TieBreak;
 
 /// The p-MRR score of one document whose relevance the changed instruction removed.
 ///

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ParseErrorKind, Result};
 use crate::fast_hash::FastMap;
-use crate::ranking::{Ranking, TieBreak};
+use crate::tie::TieBreak;
 use crate::trec_file::{LineReader, MAX_FIELDS, READER_NAME, WRITER_NAME};
 
 /// The run tag written when a [`Run`] has none.
@@ -86,11 +86,6 @@ impl QueryRun {
             .filter(|&i| tie.precedes(tie.key(self.scores[i]), self.doc(i), key, doc))
             .count();
         Some(before + 1)
-    }
-
-    /// The documents sorted by `tie`.
-    pub fn ranking(&self, tie: TieBreak) -> Ranking<'_> {
-        Ranking::new(self, tie)
     }
 
     fn push(&mut self, doc: &str, score: f64) {

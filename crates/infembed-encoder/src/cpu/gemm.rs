@@ -130,7 +130,7 @@ impl<'a> MatRef<'a> {
 pub enum Activation {
     /// None.
     Identity,
-    /// Exact (erf) GELU, as [`crate::cpu::elementwise::gelu`].
+    /// Exact (erf) GELU, as the element-wise GELU kernel of `cpu::elementwise`.
     Gelu,
 }
 

@@ -194,7 +194,7 @@ pub struct BertModel {
     /// the sentence-embedding poolings.
     pub pooler: Option<BertPooler>,
     /// The LayerNorms' epsilon (burn's `LayerNorm` keeps its own private; the fused training
-    /// LayerNorm of [`crate::ops`] needs the value).
+    /// LayerNorm of `ops` needs the value).
     pub layer_norm_eps: f64,
 }
 
