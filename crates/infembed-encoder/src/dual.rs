@@ -9,7 +9,7 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::config::SentenceTransformersConfig;
-use crate::encoder::{Embedder, Encoded, TruncationCounter};
+use crate::encoder::{Embedder, Encoded, ModelDir, TruncationCounter};
 use crate::error::{Error, Result};
 use crate::interaction::{
     CrossAttention, CrossAttentionConfig, CrossAttentionKind, combine_tokens, combine_vectors,
@@ -233,20 +233,11 @@ impl DualEncoder {
     pub fn from_dir(dir: impl AsRef<Path>, config: EncoderConfig, device: &Device) -> Result<Self> {
         let dir = dir.as_ref();
         config.validate(Path::new("<EncoderConfig>"))?;
-        if !dir.is_dir() {
-            return Err(Error::MissingFile {
-                path: dir.to_path_buf(),
-                what: "model directory",
-            });
-        }
-        let arch = ArchitectureConfig::from_dir(dir)?;
-        let st_config = SentenceTransformersConfig::from_dir(dir)?;
-        let tokenizer = TextTokenizer::from_dir(
-            dir,
-            arch.pad_token_id(),
-            arch.pads_left(),
-            st_config.do_lower_case,
-        )?;
+        let ModelDir {
+            arch,
+            st_config,
+            tokenizer,
+        } = ModelDir::read(dir)?;
         let query_tower = Backbone::load(&arch, dir, device)?;
         let passage_tower = match config.towers {
             Towers::Shared => None,

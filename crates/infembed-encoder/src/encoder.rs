@@ -60,6 +60,40 @@ impl TruncationCounter {
     }
 }
 
+/// What every model directory holds besides its weights: the architecture (`config.json`), the
+/// sentence-transformers settings and the tokenizer. The one reader of a model directory, for
+/// [`TextEncoder::from_dir`] and [`DualEncoder::from_dir`](crate::DualEncoder::from_dir).
+pub(crate) struct ModelDir {
+    pub(crate) arch: ArchitectureConfig,
+    pub(crate) st_config: SentenceTransformersConfig,
+    pub(crate) tokenizer: TextTokenizer,
+}
+
+impl ModelDir {
+    /// Reads `dir`'s configs and tokenizer; [`Error::MissingFile`] when `dir` is no directory.
+    pub(crate) fn read(dir: &Path) -> Result<Self> {
+        if !dir.is_dir() {
+            return Err(Error::MissingFile {
+                path: dir.to_path_buf(),
+                what: "model directory",
+            });
+        }
+        let arch = ArchitectureConfig::from_dir(dir)?;
+        let st_config = SentenceTransformersConfig::from_dir(dir)?;
+        let tokenizer = TextTokenizer::from_dir(
+            dir,
+            arch.pad_token_id(),
+            arch.pads_left(),
+            st_config.do_lower_case,
+        )?;
+        Ok(Self {
+            arch,
+            st_config,
+            tokenizer,
+        })
+    }
+}
+
 /// A complete text-to-vector pipeline loaded from a local model directory.
 ///
 /// The directory must hold `config.json`, `tokenizer.json` and `model.safetensors`; when it
@@ -96,20 +130,11 @@ impl TextEncoder {
     /// model's position limit.
     pub fn from_dir(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let dir = dir.as_ref();
-        if !dir.is_dir() {
-            return Err(Error::MissingFile {
-                path: dir.to_path_buf(),
-                what: "model directory",
-            });
-        }
-        let arch = ArchitectureConfig::from_dir(dir)?;
-        let st_config = SentenceTransformersConfig::from_dir(dir)?;
-        let tokenizer = TextTokenizer::from_dir(
-            dir,
-            arch.pad_token_id(),
-            arch.pads_left(),
-            st_config.do_lower_case,
-        )?;
+        let ModelDir {
+            arch,
+            st_config,
+            tokenizer,
+        } = ModelDir::read(dir)?;
         let backbone = Backbone::load(&arch, dir, device)?;
         let pooling = st_config.pooling.unwrap_or_else(|| arch.default_pooling());
         let normalize = st_config.normalize.unwrap_or(true);
