@@ -30,7 +30,7 @@ fn main() -> Result<()> {
 
     // 1. Load the model. The default encoder config joins instruction and query into one
     //    text ("{query} {instruction}") and encodes passages on the same backbone.
-    let encoder = DualEncoder::from_dir(&model, EncoderConfig::default(), &Device::default())?;
+    let encoder = DualEncoder::from_dir(&model, EncoderConfig::default(), &Device::flex())?;
 
     // 2. Read the corpus and embed it: one L2-normalized row per document.
     let records = infembed::read_texts(&corpus)?;

@@ -35,7 +35,7 @@ fn main() -> Result<()> {
         Box::new(EncoderRetriever::from_dir(
             &model,
             Some(config),
-            &Device::default(),
+            &Device::flex(),
         )?)
     };
 

@@ -43,7 +43,7 @@ fn main() -> Result<()> {
     let set = build_heldout("inf-ir", &records, &[])?;
 
     let mut retriever =
-        EncoderRetriever::from_dir(&model, Some(EncoderConfig::default()), &Device::default())?;
+        EncoderRetriever::from_dir(&model, Some(EncoderConfig::default()), &Device::flex())?;
     let report = infembed::evaluate_followir(&set, &mut retriever, &EvalConfig::default())?.report;
     println!(
         "{} | {} | {} queries, {} documents",

@@ -36,7 +36,7 @@ fn main() -> Result<()> {
     }
 
     // 2. A trainer with the development split scored by the FollowIR harness.
-    let mut trainer = Trainer::new(config.clone(), &Device::default())?;
+    let mut trainer = Trainer::new(config.clone(), &Device::flex())?;
     if let Some(dev) = &config.data.dev {
         let evaluator = FollowIrDevEvaluator::from_files(dev, config.data.distractors.as_deref())?;
         trainer = trainer.with_evaluator(Box::new(evaluator));
@@ -54,7 +54,7 @@ fn main() -> Result<()> {
 
     // 4. The saved model is a sentence-transformers directory: load it and embed.
     if let Some(dir) = summary.final_dir {
-        let encoder = DualEncoder::load_saved(&dir, &Device::default())?;
+        let encoder = DualEncoder::load_saved(&dir, &Device::flex())?;
         let q = encoder.encode_queries(&[("find recent news", "ocean ships")])?;
         println!(
             "query embedding shape {:?} from {}",

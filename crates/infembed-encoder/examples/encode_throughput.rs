@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .cloned()
         .unwrap_or_else(|| "models/all-MiniLM-L6-v2".into());
     let runs: usize = args.get(2).map(|r| r.parse()).transpose()?.unwrap_or(5);
-    let enc = TextEncoder::from_dir(&dir, &Device::default())?;
+    let enc = TextEncoder::from_dir(&dir, &Device::flex())?;
     let texts = encoder_data::passages(256);
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let tokens = enc.tokenizer.tokenize(&refs, enc.max_length)?;

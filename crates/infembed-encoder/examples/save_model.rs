@@ -21,9 +21,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         [_, src, out] => (src, out),
         _ => return Err("usage: save_model SRC_DIR OUT_DIR".into()),
     };
-    let enc = TextEncoder::from_dir(src, &Device::default())?;
+    let enc = TextEncoder::from_dir(src, &Device::flex())?;
     enc.save(out)?;
-    let saved = TextEncoder::from_dir(out, &Device::default())?;
+    let saved = TextEncoder::from_dir(out, &Device::flex())?;
     let emb = saved.encode_to_vecs(&TEXTS, 8)?;
     let doc = serde_json::json!({ "texts": TEXTS, "embeddings": emb });
     std::fs::write(

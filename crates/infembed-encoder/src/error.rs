@@ -104,6 +104,16 @@ pub enum Error {
     /// A batch given to the encoder is inconsistent (e.g. rows of different lengths).
     #[error("invalid batch: {0}")]
     InvalidBatch(String),
+
+    /// A device name is malformed, or the device cannot be opened in this build or on this
+    /// machine.
+    #[error("device `{device}`: {problem}")]
+    Device {
+        /// The device as written (`wgpu:1`).
+        device: String,
+        /// What is wrong (names the cargo feature when the backend is not compiled in).
+        problem: String,
+    },
 }
 
 /// The crate's result type.

@@ -39,6 +39,7 @@
 // models call, the one place that branches on the backend) and `cpu` (the `flex` kernels).
 mod config;
 mod cpu;
+mod device;
 pub mod dual;
 mod encoder;
 mod error;
@@ -51,6 +52,9 @@ mod tokenize;
 mod weights;
 
 pub use config::SentenceTransformersConfig;
+pub use device::{
+    DeviceListing, DeviceSpec, Precision, list_devices, missing_backends, parse_devices,
+};
 pub use dual::{
     BatchEmbeddings, BatchRow, BatchTexts, DualEncoder, DualEncoderModel, EncoderConfig,
     Interaction, Towers,

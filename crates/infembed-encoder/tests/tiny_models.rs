@@ -1,6 +1,6 @@
 //! Architecture parity on TINY random models made with Python transformers
 //! (scripts/encoder/make_fixtures.py: BERT, ModernBERT, Qwen2, Llama): token ids, last-layer
-//! hidden states and pooled embeddings must match to 1e-4.
+//! hidden states and pooled embeddings must match to 1e-4, on the CPU and on a wgpu device.
 
 mod common;
 
@@ -10,9 +10,14 @@ use infembed_encoder::TextEncoder;
 /// Checks a tiny fixture directory: ids, hidden states of real tokens, pooled and
 /// normalized embeddings, and sentence-transformers' own output when recorded.
 pub fn check_fixture(name: &str) {
+    check_fixture_on(name, &device());
+}
+
+/// [`check_fixture`] on `device`.
+pub fn check_fixture_on(name: &str, device: &burn::tensor::Device) {
     let dir = fixture(name);
     let exp = read_json(&dir.join("expected.json"));
-    let mut enc = TextEncoder::from_dir(&dir, &device()).expect("load tiny model");
+    let mut enc = TextEncoder::from_dir(&dir, device).expect("load tiny model");
     assert_eq!(
         enc.max_length as u64,
         exp["max_seq_length"].as_u64().unwrap()
@@ -98,4 +103,15 @@ fn tiny_qwen2_matches_transformers() {
 #[test]
 fn tiny_llama_matches_transformers() {
     check_fixture("tiny-llama");
+}
+
+/// The four architectures on wgpu meet the same references (and so the CPU's output).
+#[test]
+fn tiny_models_on_wgpu_match_transformers() {
+    let Some(gpu) = wgpu_device("tiny_models_on_wgpu_match_transformers") else {
+        return;
+    };
+    for name in ["tiny-bert", "tiny-modernbert", "tiny-qwen2", "tiny-llama"] {
+        check_fixture_on(name, &gpu);
+    }
 }

@@ -42,7 +42,7 @@ fn heldout_from_files_is_the_data_crates_builder() {
 fn a_missing_model_directory_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-such-model");
-    let err = load_encoder(&missing, None, &Default::default()).unwrap_err();
+    let err = load_encoder(&missing, None, &burn::tensor::Device::flex()).unwrap_err();
     assert!(
         matches!(&err, Error::ModelDir { path } if *path == missing),
         "{err}"

@@ -50,7 +50,7 @@ fn main() -> Result<()> {
         passage_max_length: 256,
         ..EncoderConfig::default()
     };
-    let plain = Device::default();
+    let plain = Device::flex();
     let loaded = DualEncoder::from_dir(model, config, &plain)
         .with_context(|| format!("{model} (run `cargo xtask fetch-model`)"))?;
     let mut encoder = loaded.with_model(loaded.model().clone().train(), &plain.autodiff());

@@ -187,7 +187,7 @@ pub(crate) fn config_differences(a: &serde_json::Value, b: &serde_json::Value) -
         .filter(|k| {
             !matches!(
                 k.as_str(),
-                "max_steps" | "eval" | "checkpoint" | "output_dir"
+                "max_steps" | "eval" | "checkpoint" | "output_dir" | "device" | "devices"
             )
         })
         .filter(|k| a.get(*k) != b.get(*k))

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use infembed_encoder::{EncoderConfig, Interaction};
+use infembed_encoder::{DeviceSpec, EncoderConfig, Interaction, Precision};
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +51,21 @@ pub struct TrainConfig {
     /// When to write checkpoints.
     #[serde(default)]
     pub checkpoint: CheckpointConfig,
+    /// The device to train on (`cpu`, the default; `wgpu[:N]`, `vulkan[:N]`, `cuda[:N]`;
+    /// docs/devices.md). Exclusive with `devices`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceSpec>,
+    /// Several devices sharing each contrastive batch (`["cpu", "cpu"]`, `["wgpu:0",
+    /// "wgpu:1"]`): the first holds the optimizer; every device embeds its share of the
+    /// batch's texts and the loss sees the whole batch (docs/devices.md). Needs Interaction
+    /// I. Exclusive with `device`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<Vec<DeviceSpec>>,
+    /// Float type of the training computation. Only `f32` trains (burn 0.22 has no mixed
+    /// precision with f32 master weights); `bf16` / `f16` are for inference commands
+    /// (`--dtype`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<Precision>,
 }
 
 /// Where the records come from.
@@ -283,6 +298,9 @@ impl TrainConfig {
             batch: BatchConfig::default(),
             eval: EvalSchedule::default(),
             checkpoint: CheckpointConfig::default(),
+            device: None,
+            devices: None,
+            dtype: None,
         }
     }
 
@@ -314,6 +332,27 @@ impl TrainConfig {
         };
         cfg.validate_at(path)?;
         Ok(cfg)
+    }
+
+    /// The devices to train on: `devices`, else `[device]`, else `[cpu]`.
+    pub fn device_specs(&self) -> Vec<DeviceSpec> {
+        match (&self.devices, self.device) {
+            (Some(list), _) => list.clone(),
+            (None, Some(one)) => vec![one],
+            (None, None) => vec![DeviceSpec::Cpu],
+        }
+    }
+
+    /// Replaces the devices (a command-line override): one spec sets `device`, several set
+    /// `devices`.
+    pub fn set_devices(&mut self, specs: Vec<DeviceSpec>) {
+        if specs.len() == 1 {
+            self.device = specs.first().copied();
+            self.devices = None;
+        } else {
+            self.device = None;
+            self.devices = Some(specs);
+        }
     }
 
     /// Checks every value and that the input paths exist.
@@ -372,6 +411,32 @@ impl TrainConfig {
                 "batch.grad_cache_chunk",
                 "needs encoder.interaction.type = \"self_attention\" (Interaction II \
                  combines token states after the backbone, so it trains without GradCache)",
+            );
+        }
+        if self.device.is_some() && self.devices.is_some() {
+            return bad("devices", "give either `device` or `devices`, not both");
+        }
+        if self.devices.as_ref().is_some_and(Vec::is_empty) {
+            return bad("devices", "names no device");
+        }
+        if self.device_specs().len() > 1
+            && !matches!(self.encoder.interaction, Interaction::SelfAttention { .. })
+        {
+            return bad(
+                "devices",
+                "several devices need encoder.interaction.type = \"self_attention\" (the \
+                 devices share the batch's texts as GradCache does)",
+            );
+        }
+        if let Some(p) = self.dtype
+            && p != Precision::F32
+        {
+            return bad(
+                "dtype",
+                &format!(
+                    "training computes in f32 (burn 0.22 offers no mixed precision with f32 \
+                     master weights); {p} is for inference: `infembed embed/eval/search --dtype {p}`"
+                ),
             );
         }
         if self.eval.every_steps == Some(0) {

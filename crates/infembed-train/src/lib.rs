@@ -54,5 +54,5 @@ pub use error::{DashboardProblem, Error, Result};
 pub use negatives::instruction_negatives_per_row;
 pub use optim::{adamw, clip_global_norm, global_norm, learning_rate, warmup_steps};
 pub use progress::ProgressMode;
-pub use step::{StepGrads, full_batch_step, grad_cache_step};
+pub use step::{StepGrads, full_batch_step, grad_cache_step, multi_device_step};
 pub use trainer::{DevEvaluator, TrainSummary, Trainer, describe, steps_per_epoch};

@@ -116,20 +116,6 @@ fn index(v: &[usize], device: &Device) -> Tensor<1, Int> {
     Tensor::from_data(TensorData::new(data, [v.len()]), device)
 }
 
-/// Embeds `texts` `chunk` at a time with `embed`, concatenated in input order.
-fn embed_chunks(
-    texts: &[String],
-    chunk: usize,
-    embed: &dyn Fn(usize, &[&str]) -> Result<Tensor<2>>,
-) -> Result<Tensor<2>> {
-    let mut parts = Vec::new();
-    for (i, c) in texts.chunks(chunk.max(1)).enumerate() {
-        let refs: Vec<&str> = c.iter().map(String::as_str).collect();
-        parts.push(embed(i, &refs)?);
-    }
-    Ok(Tensor::cat(parts, 0))
-}
-
 /// GradCache over Interaction I (Gao et al. 2021): embed every distinct text in chunks
 /// without keeping graphs, take the loss gradient with respect to each embedding, then
 /// re-embed each chunk with a graph and backpropagate its cached gradient; at most `chunk`
@@ -143,22 +129,98 @@ pub fn grad_cache_step(
     weight: f64,
     chunk: usize,
 ) -> Result<StepGrads> {
-    let device = encoder.device().clone();
+    cached_step(
+        std::slice::from_ref(encoder),
+        batch,
+        loss,
+        mask_duplicates,
+        weight,
+        Some(chunk),
+    )
+}
+
+/// One contrastive batch shared by several devices, with the embeddings gathered: `replicas`
+/// hold the same weights, one per device, the first on the main device. Each replica embeds
+/// a contiguous share of the batch's distinct texts (in chunks of at most `chunk` texts when
+/// given) without a graph; the embeddings move to the main device, where the loss sees the
+/// whole batch; each replica then re-embeds its share with a graph and backpropagates the
+/// gradient of its embeddings (GradCache across devices). The returned gradients live on the
+/// main device and equal one device's over the same batch up to float rounding (without
+/// dropout; with dropout, each share draws its own masks). Needs Interaction I.
+pub fn multi_device_step(
+    replicas: &[DualEncoder],
+    batch: &TrainBatch,
+    loss: &ContrastiveLoss,
+    mask_duplicates: bool,
+    weight: f64,
+    chunk: Option<usize>,
+) -> Result<StepGrads> {
+    cached_step(replicas, batch, loss, mask_duplicates, weight, chunk)
+}
+
+/// Which replica embeds which texts: `n` texts in contiguous shares over `devices`, each
+/// cut in chunks of at most `chunk`. Returns `(device, start, end)` per chunk, in text order,
+/// so that the chunk's position in the list also numbers its dropout seed.
+fn plan_chunks(n: usize, devices: usize, chunk: Option<usize>) -> Vec<(usize, usize, usize)> {
+    let share = n.div_ceil(devices.max(1)).max(1);
+    let mut out = Vec::new();
+    for d in 0..devices.max(1) {
+        let (lo, hi) = ((d * share).min(n), ((d + 1) * share).min(n));
+        let step = chunk.unwrap_or(share).max(1);
+        let mut at = lo;
+        while at < hi {
+            let end = (at + step).min(hi);
+            out.push((d, at, end));
+            at = end;
+        }
+    }
+    out
+}
+
+fn cached_step(
+    replicas: &[DualEncoder],
+    batch: &TrainBatch,
+    loss: &ContrastiveLoss,
+    mask_duplicates: bool,
+    weight: f64,
+    chunk: Option<usize>,
+) -> Result<StepGrads> {
+    let main = &replicas[0];
+    let device = main.device().clone();
+    let main_plain = device.clone().inner();
     let rows = batch.encoder_rows();
     let n = rows.len();
-    let texts = encoder.batch_texts(&rows, &batch.instruction_rows)?;
+    let texts = main.batch_texts(&rows, &batch.instruction_rows)?;
     let k = texts.k;
-
-    // (1) Embeddings without a graph (the graph of each chunk is dropped at once).
     let seeds = |side: u64, c: usize| crate::batch::mix(batch.dropout_seed, side << 32 | c as u64);
-    let ep = embed_chunks(&texts.passages, chunk, &|c, t| {
-        device.seed(seeds(1, c));
-        Ok(encoder.embed_passage_texts(t)?.embeddings.inner())
-    })?;
-    let eq = embed_chunks(&texts.queries, chunk, &|c, t| {
-        device.seed(seeds(2, c));
-        Ok(encoder.embed_query_texts(t)?.embeddings.inner())
-    })?;
+    let embed = |side: u64, r: &DualEncoder, t: &[&str]| -> Result<Tensor<2>> {
+        Ok(if side == 1 {
+            r.embed_passage_texts(t)?.embeddings
+        } else {
+            r.embed_query_texts(t)?.embeddings
+        })
+    };
+    let sides: [(&[String], u64); 2] = [(&texts.passages, 1), (&texts.queries, 2)];
+    let plans: Vec<_> = sides
+        .iter()
+        .map(|(list, _)| plan_chunks(list.len(), replicas.len(), chunk))
+        .collect();
+
+    // (1) Embeddings without a graph (the graph of each chunk is dropped at once), gathered
+    // on the main device.
+    let mut cached = Vec::with_capacity(2);
+    for ((list, side), plan) in sides.iter().zip(&plans) {
+        let mut parts = Vec::with_capacity(plan.len());
+        for (c, &(d, lo, hi)) in plan.iter().enumerate() {
+            let r = &replicas[d];
+            let refs: Vec<&str> = list[lo..hi].iter().map(String::as_str).collect();
+            r.device().seed(seeds(*side, c));
+            parts.push(embed(*side, r, &refs)?.inner().to_device(&main_plain));
+        }
+        cached.push(Tensor::cat(parts, 0));
+    }
+    let eq = cached.pop().expect("two sides");
+    let ep = cached.pop().expect("two sides");
 
     // (2) Loss over the whole batch and its gradient w.r.t. each distinct embedding.
     let ep_leaf = Tensor::from_inner(ep).require_grad();
@@ -176,32 +238,26 @@ pub fn grad_cache_step(
     let value = loss.forward(&lb);
     let loss_value = scalar(value.clone().inner());
     let cached = value.mul_scalar(weight).backward();
-    let gp = ep_leaf.grad(&cached);
-    let gq = eq_leaf.grad(&cached);
+    let grads = [ep_leaf.grad(&cached), eq_leaf.grad(&cached)];
 
-    // (3) Re-embed each chunk with a graph and backpropagate the cached gradients.
+    // (3) Re-embed each chunk with a graph on its device and backpropagate the cached
+    // gradients; each replica's gradients move to the main device.
     let mut acc = GradientsAccumulator::<DualEncoderModel>::new();
-    let sides: [(&[String], Option<Tensor<2>>, u64); 2] =
-        [(&texts.passages, gp, 1), (&texts.queries, gq, 2)];
-    for (list, grad, side) in sides {
+    for (((list, side), plan), grad) in sides.iter().zip(&plans).zip(grads) {
         let Some(grad) = grad else { continue };
-        let grad = Tensor::from_inner(grad);
-        for (i, c) in list.chunks(chunk.max(1)).enumerate() {
-            let start = i * chunk.max(1);
-            let refs: Vec<&str> = c.iter().map(String::as_str).collect();
-            device.seed(seeds(side, i));
-            let e = if side == 1 {
-                encoder.embed_passage_texts(&refs)?.embeddings
-            } else {
-                encoder.embed_query_texts(&refs)?.embeddings
-            };
-            let g = grad.clone().slice([start..start + c.len(), 0..d]);
+        for (c, &(dev, lo, hi)) in plan.iter().enumerate() {
+            let r = &replicas[dev];
+            let refs: Vec<&str> = list[lo..hi].iter().map(String::as_str).collect();
+            r.device().seed(seeds(*side, c));
+            let e = embed(*side, r, &refs)?;
+            let g = grad.clone().slice([lo..hi, 0..d]);
+            let g = Tensor::<2>::from_inner(g.to_device(&r.device().clone().inner()));
             let surrogate = (e * g).sum();
-            let grads = surrogate.backward();
-            acc.accumulate(
-                encoder.model(),
-                GradientsParams::from_grads(grads, encoder.model()),
-            );
+            let mut shares = GradientsParams::from_grads(surrogate.backward(), r.model());
+            if dev > 0 && r.device() != main.device() {
+                shares = shares.to_device(&device, main.model());
+            }
+            acc.accumulate(main.model(), shares);
         }
     }
     Ok(StepGrads {
@@ -209,4 +265,38 @@ pub fn grad_cache_step(
         grads: acc.grads(),
         texts: texts.passages.len() + texts.queries.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan_chunks;
+
+    #[test]
+    fn chunks_cover_the_texts_in_order_and_split_over_devices() {
+        for n in 0..23 {
+            for devices in 1..5 {
+                for chunk in [None, Some(1), Some(3), Some(50)] {
+                    let plan = plan_chunks(n, devices, chunk);
+                    let mut at = 0;
+                    for &(d, lo, hi) in &plan {
+                        assert_eq!(lo, at);
+                        assert!(hi > lo && d < devices);
+                        if let Some(c) = chunk {
+                            assert!(hi - lo <= c);
+                        }
+                        at = hi;
+                    }
+                    assert_eq!(at, n);
+                    assert!(plan.windows(2).all(|w| w[0].0 <= w[1].0));
+                }
+            }
+        }
+        // One device with a chunk size is plain GradCache's chunking.
+        assert_eq!(
+            plan_chunks(7, 1, Some(3)),
+            vec![(0, 0, 3), (0, 3, 6), (0, 6, 7)]
+        );
+        // Two devices share 7 texts 4 + 3.
+        assert_eq!(plan_chunks(7, 2, None), vec![(0, 0, 4), (1, 4, 7)]);
+    }
 }

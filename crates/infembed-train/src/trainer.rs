@@ -8,7 +8,7 @@
 //! its state together with the data position. After a step only the weights of the
 //! [`DualEncoder`] are replaced; its tokenizer and settings are shared, not copied.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::Module;
@@ -16,7 +16,7 @@ use burn::optim::{GradientsAccumulator, ModuleOptimizer};
 use burn::store::ModuleRecord;
 use burn::tensor::{Bytes, Device};
 use infembed_data::{InfIrRecord, ReadMode, read_records};
-use infembed_encoder::{DualEncoder, DualEncoderModel};
+use infembed_encoder::{DualEncoder, DualEncoderModel, Interaction};
 use infembed_losses::{ContrastiveLoss, Variable};
 
 use crate::batch::{TrainBatch, epoch_batches};
@@ -25,7 +25,7 @@ use crate::config::TrainConfig;
 use crate::error::{Error, Result};
 use crate::optim::{adamw, clip_global_norm, learning_rate};
 use crate::progress::{self, ProgressMode, ProgressSink, RunInfo, StepInfo};
-use crate::step::{full_batch_step, grad_cache_step};
+use crate::step::{full_batch_step, grad_cache_step, multi_device_step};
 
 /// Evaluates the model on development data during training.
 pub trait DevEvaluator {
@@ -71,6 +71,8 @@ pub struct Trainer {
     config_json: serde_json::Value,
     records: Vec<InfIrRecord>,
     encoder: DualEncoder,
+    /// Every training device (autodiff), the main one (the encoder's) first.
+    devices: Vec<Device>,
     optim: ModuleOptimizer,
     loss: ContrastiveLoss,
     needs_instructions: bool,
@@ -104,9 +106,39 @@ pub fn steps_per_epoch(config: &TrainConfig, n: usize) -> usize {
 
 impl Trainer {
     /// Validates the config, reads the training records and loads the model on `device`
-    /// (a plain device such as `Device::flex()`; autodiff is added here).
+    /// (a plain device such as `Device::flex()`; autodiff is added here). The config's
+    /// `device` / `devices` keys are not read: [`TrainConfig::device_specs`] gives them to the
+    /// caller, who opens the devices (the facade's `infembed::train` does).
     pub fn new(config: TrainConfig, device: &Device) -> Result<Self> {
+        Self::on_devices(config, std::slice::from_ref(device))
+    }
+
+    /// As [`new`](Self::new), on several devices that share every contrastive batch
+    /// ([`multi_device_step`]): the model and the optimizer live on the first, each other
+    /// device holds a copy of the weights refreshed after every optimizer step. The result
+    /// equals one device's over the same batches up to float rounding (dropout aside: each
+    /// device's share draws its own masks). Several devices need Interaction I.
+    pub fn on_devices(config: TrainConfig, devices: &[Device]) -> Result<Self> {
         config.validate()?;
+        let Some(device) = devices.first() else {
+            return Err(Error::config(
+                Path::new("<TrainConfig>"),
+                "devices",
+                "names no device",
+            ));
+        };
+        if devices.len() > 1
+            && !matches!(
+                config.encoder.interaction,
+                Interaction::SelfAttention { .. }
+            )
+        {
+            return Err(Error::config(
+                Path::new("<TrainConfig>"),
+                "devices",
+                "several devices need encoder.interaction.type = \"self_attention\"",
+            ));
+        }
         let mode = if config.data.lenient {
             ReadMode::Lenient
         } else {
@@ -143,6 +175,10 @@ impl Trainer {
         let plain = device.clone().inner();
         let loaded = DualEncoder::from_dir(&config.model, config.encoder.clone(), &plain)?;
         let encoder = loaded.with_model(loaded.model().clone().train(), &plain.autodiff());
+        let devices: Vec<Device> = devices
+            .iter()
+            .map(|d| d.clone().inner().autodiff())
+            .collect();
         let optim = adamw(&config.optimizer);
         let per_epoch = steps_per_epoch(&config, records.len());
         let total = config.max_steps.map_or(per_epoch * config.epochs, |m| {
@@ -170,6 +206,7 @@ impl Trainer {
             config_json,
             records,
             encoder,
+            devices,
             optim,
             loss,
             needs_instructions,
@@ -220,6 +257,29 @@ impl Trainer {
         let plain = self.encoder.device().clone().inner();
         self.encoder
             .with_model(self.encoder.model().valid(), &plain)
+    }
+
+    /// The training devices (autodiff), the main one first.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// The encoder as each training device holds it: the main one's, then a copy of its
+    /// weights on each other device (the same encoder again where a device repeats the
+    /// main one, as `cpu,cpu` does).
+    pub fn replicas(&self) -> Vec<DualEncoder> {
+        let main = self.encoder.device();
+        self.devices
+            .iter()
+            .map(|d| {
+                if d == main {
+                    self.encoder.clone()
+                } else {
+                    self.encoder
+                        .with_model(self.encoder.model().clone().fork(d), d)
+                }
+            })
+            .collect()
     }
 
     /// The trainable modules (on the autodiff device).
@@ -540,6 +600,8 @@ impl Trainer {
         let mut loss_sum = 0.0f32;
         let mut rows = 0;
         let acc_n = self.config.batch.accumulation as u64;
+        // The weights do not change within the group: copy them to the other devices once.
+        let replicas = (self.devices.len() > 1).then(|| self.replicas());
         for (j, records) in group.iter().enumerate() {
             let mut batch = TrainBatch::new(
                 &self.records,
@@ -554,8 +616,16 @@ impl Trainer {
                 }
             }
             rows += batch.rows.len();
-            let out = match self.config.batch.grad_cache_chunk {
-                Some(chunk) => grad_cache_step(
+            let out = match (&replicas, self.config.batch.grad_cache_chunk) {
+                (Some(replicas), chunk) => multi_device_step(
+                    replicas,
+                    &batch,
+                    &self.loss,
+                    self.config.batch.mask_duplicates,
+                    weight,
+                    chunk,
+                )?,
+                (None, Some(chunk)) => grad_cache_step(
                     &self.encoder,
                     &batch,
                     &self.loss,
@@ -563,7 +633,7 @@ impl Trainer {
                     weight,
                     chunk,
                 )?,
-                None => full_batch_step(
+                (None, None) => full_batch_step(
                     &self.encoder,
                     &batch,
                     &self.loss,

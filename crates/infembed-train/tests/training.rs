@@ -9,11 +9,13 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use infembed_data::InfIrRecord;
+use infembed_encoder::DeviceSpec;
 use infembed_encoder::{DualEncoder, DualEncoderModel, EncoderConfig, Interaction, QueryTemplate};
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
+use infembed_testkit::{Missing, skip_or_fail};
 use infembed_train::{
     TrainBatch, TrainConfig, Trainer, clip_global_norm, full_batch_step, global_norm,
-    grad_cache_step,
+    grad_cache_step, multi_device_step,
 };
 
 fn tiny_bert() -> PathBuf {
@@ -411,4 +413,213 @@ fn empty_training_data_is_a_clear_error() {
         err.contains("empty.jsonl") && err.contains("no training record"),
         "{err}"
     );
+}
+
+/// Two devices (here the CPU twice, as `--devices cpu,cpu`) share a batch of 4 records: each
+/// embeds half of its texts, the loss sees all of them, and the gradient is one device's over
+/// the same 4 records (dropout off), whatever the GradCache chunk.
+#[test]
+fn two_devices_give_the_gradient_of_one_device_over_the_whole_batch() {
+    let _guard = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let encoder = train_encoder_from(&tiny_bert_without_dropout(dir.path()));
+    let recs = records(4);
+    let batch = TrainBatch::new(&recs, &[0, 1, 2, 3], &encoder.config().interaction, 5, 0).unwrap();
+    let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
+    let one = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
+    let one_g = grads_of(encoder.model(), &one.grads);
+    let replicas = [encoder.clone(), encoder.clone()];
+    for chunk in [None, Some(3)] {
+        let two = multi_device_step(&replicas, &batch, &l, true, 1.0, chunk).unwrap();
+        assert!(
+            (two.loss - one.loss).abs() < 1e-5,
+            "{} vs {}",
+            two.loss,
+            one.loss
+        );
+        let diff = max_rel_diff(&one_g, &grads_of(encoder.model(), &two.grads));
+        assert!(diff < 1e-5, "chunk {chunk:?}: relative difference {diff}");
+    }
+}
+
+fn two_device_config(dir: &Path, out: &str, model: &Path) -> TrainConfig {
+    let mut c = config(dir, out);
+    c.model = model.to_path_buf();
+    c.batch.records = 4;
+    c.devices = Some(vec![DeviceSpec::Cpu, DeviceSpec::Cpu]);
+    c
+}
+
+/// `devices = ["cpu", "cpu"]` trains as one device does (dropout off), checkpoints, and a run
+/// stopped and resumed ends with the weights of an uninterrupted one, bit for bit.
+#[test]
+fn a_two_device_run_trains_as_one_device_and_resumes_bit_identically() {
+    let _guard = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_bert_without_dropout(dir.path());
+    let cpu = Device::flex();
+    let two = [cpu.clone(), cpu.clone()];
+
+    let mut single = two_device_config(dir.path(), "one", &model);
+    single.devices = None;
+    let mut t1 = Trainer::new(single, &cpu).unwrap().quiet(true);
+    t1.run().unwrap();
+    let one = weights_of(t1.model());
+
+    let mut t2 = Trainer::on_devices(two_device_config(dir.path(), "two", &model), &two)
+        .unwrap()
+        .quiet(true);
+    assert_eq!(t2.devices().len(), 2);
+    let s2 = t2.run().unwrap();
+    let whole = weights_of(t2.model());
+    // 7 records, 4 per batch -> 2 steps per epoch, 2 epochs.
+    assert_eq!(s2.steps, 4);
+    // Each step's gradient agrees to 1e-5 (the test above), but the weights after 4 AdamW
+    // steps agree less closely: Adam divides each coordinate by its own gradient's size, and
+    // the attention key biases have a gradient that is zero in exact arithmetic (softmax
+    // ignores a shift shared by all keys), so their float noise (1e-8 here) is turned into
+    // full-size steps whose direction depends on the rounding.
+    let diff = max_rel_diff(&one, &whole);
+    eprintln!("two devices vs one after 4 steps: relative weight difference {diff:e}");
+    assert!(
+        diff < 1e-3,
+        "two devices vs one: relative difference {diff}"
+    );
+    // Every replica holds the main device's weights.
+    for replica in t2.replicas() {
+        assert_eq!(weights_of(replica.model()), whole);
+    }
+
+    let mut first = Trainer::on_devices(two_device_config(dir.path(), "resumed", &model), &two)
+        .unwrap()
+        .quiet(true);
+    first.run_until(Some(3)).unwrap();
+    drop(first);
+    let mut second = Trainer::on_devices(two_device_config(dir.path(), "resumed", &model), &two)
+        .unwrap()
+        .quiet(true);
+    assert!(second.resume().unwrap());
+    assert_eq!(second.state().step, 2);
+    second.run().unwrap();
+    assert_eq!(weights_of(second.model()), whole, "resumed two-device run");
+}
+
+#[test]
+fn several_devices_need_interaction_one_and_one_device_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = two_device_config(dir.path(), "x", &tiny_bert());
+    c.encoder.interaction = Interaction::CrossAttention(Default::default());
+    let err = c.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("devices") && err.contains("self_attention"),
+        "{err}"
+    );
+    let mut c = two_device_config(dir.path(), "y", &tiny_bert());
+    c.device = Some(DeviceSpec::Cpu);
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("devices"), "{err}");
+    let mut c = config(dir.path(), "z");
+    c.dtype = Some(infembed_encoder::Precision::Bf16);
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("dtype") && err.contains("f32"), "{err}");
+}
+
+/// The wgpu device (Mesa's software Vulkan driver in CI), or a skip outside CI / a failure
+/// under CI=true when the backend is not compiled in or no adapter opens.
+fn wgpu(test: &str) -> Option<Device> {
+    match DeviceSpec::Wgpu(None).device() {
+        Ok(device) => Some(device),
+        Err(e) => {
+            skip_or_fail(&Missing::new(
+                test,
+                format!("a wgpu device ({e})"),
+                "cargo xtask test builds with --features infembed/wgpu; install a Vulkan driver \
+                 (apt-get install -t bookworm-backports mesa-vulkan-drivers)",
+            ));
+            None
+        }
+    }
+}
+
+/// A training step on wgpu gives the CPU's loss and gradients (1e-5), for four objectives.
+#[test]
+fn a_training_step_on_wgpu_matches_the_cpu() {
+    let _guard = rng_lock();
+    let Some(gpu) = wgpu("a_training_step_on_wgpu_matches_the_cpu") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_bert_without_dropout(dir.path());
+    let on = |device: &Device| {
+        let e = DualEncoder::from_dir(&model, encoder_config(), device).unwrap();
+        e.with_model(e.model().clone().train(), &device.clone().autodiff())
+    };
+    let (cpu, gpu) = (on(&Device::flex()), on(&gpu));
+    let recs = records(4);
+    let batch = TrainBatch::new(&recs, &[0, 1, 2, 3], &cpu.config().interaction, 5, 0).unwrap();
+    for (kind, terms) in [
+        (ObjectiveKind::Multivariate, vec![Variable::P, Variable::I]),
+        (
+            ObjectiveKind::Multivariate,
+            vec![Variable::P, Variable::I, Variable::Iq],
+        ),
+        (
+            ObjectiveKind::Univariate,
+            vec![Variable::P, Variable::I, Variable::Iq],
+        ),
+        (ObjectiveKind::Univariate, vec![Variable::P]),
+    ] {
+        let l = loss(kind, &terms);
+        let a = full_batch_step(&cpu, &batch, &l, true, 1.0).unwrap();
+        let b = full_batch_step(&gpu, &batch, &l, true, 1.0).unwrap();
+        assert!(
+            (a.loss - b.loss).abs() < 1e-3,
+            "{kind:?} {terms:?}: {} vs {}",
+            a.loss,
+            b.loss
+        );
+        let (ga, gb) = (
+            grads_of(cpu.model(), &a.grads),
+            grads_of(gpu.model(), &b.grads),
+        );
+        let diff = max_rel_diff(&ga, &gb);
+        eprintln!("{kind:?} {terms:?}: wgpu vs cpu gradients, relative difference {diff:e}");
+        // 1e-5, not the 1e-3 one might allow a GPU: burn's own GELU backward differentiates
+        // the tanh approximation (2e-3 here), which `ops::gelu` replaces by the exact one.
+        assert!(
+            diff < 1e-5,
+            "{kind:?} {terms:?}: relative gradient difference {diff}"
+        );
+    }
+}
+
+/// `devices = ["cpu", "wgpu"]`: the wgpu replica's gradients come back to the CPU and the
+/// step equals the CPU's alone.
+#[test]
+fn a_cpu_and_a_wgpu_device_share_a_batch() {
+    let _guard = rng_lock();
+    let Some(gpu) = wgpu("a_cpu_and_a_wgpu_device_share_a_batch") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let encoder = train_encoder_from(&tiny_bert_without_dropout(dir.path()));
+    let gpu = gpu.autodiff();
+    let replica = encoder.with_model(encoder.model().clone().fork(&gpu), &gpu);
+    let recs = records(4);
+    let batch = TrainBatch::new(&recs, &[0, 1, 2, 3], &encoder.config().interaction, 5, 0).unwrap();
+    let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
+    let one = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
+    let two = multi_device_step(&[encoder.clone(), replica], &batch, &l, true, 1.0, None).unwrap();
+    assert!(
+        (two.loss - one.loss).abs() < 1e-4,
+        "{} vs {}",
+        two.loss,
+        one.loss
+    );
+    let diff = max_rel_diff(
+        &grads_of(encoder.model(), &one.grads),
+        &grads_of(encoder.model(), &two.grads),
+    );
+    eprintln!("cpu + wgpu vs cpu alone: relative difference {diff:e}");
+    assert!(diff < 1e-5, "relative difference {diff}");
 }

@@ -37,9 +37,14 @@ pub use infembed_metrics as metrics;
 pub use infembed_synth as synth;
 pub use infembed_train as train;
 
-/// The device tensors live on; `Device::default()` is the CPU.
+/// The device tensors live on. Open one from a [`DeviceSpec`] (`"cpu"`, `"wgpu:1"`, ...)
+/// with [`DeviceSpec::device`]; nothing in this workspace uses `Device::default()`, which
+/// prefers a GPU backend when one is compiled in (docs/devices.md).
 pub use burn::tensor::Device;
 pub use error::{Error, Result};
+pub use infembed_encoder::{
+    DeviceListing, DeviceSpec, Precision, list_devices, missing_backends, parse_devices,
+};
 pub use infembed_eval::{
     Bm25Config, Bm25Retriever, Depth, EmbeddingIndex, EncoderRetriever, EvalConfig,
     FollowIrOutcome, FollowIrReport, IndexFormat, QUERY_BATCH, QueryRequest, RetrievalOutcome,
@@ -47,4 +52,4 @@ pub use infembed_eval::{
     embed_records, evaluate_followir, evaluate_retrieval, load_encoder, load_heldout, read_texts,
     run_queries, search,
 };
-pub use training::{FollowIrDevEvaluator, retrieval_report, train};
+pub use training::{FollowIrDevEvaluator, open_devices, retrieval_report, train};

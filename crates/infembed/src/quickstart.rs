@@ -9,9 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::tensor::Device;
 use infembed_data::Collection;
-use infembed_encoder::DualEncoder;
+use infembed_encoder::{DeviceSpec, DualEncoder};
 use infembed_train::{ProgressMode, TrainConfig, Trainer};
 use serde::Serialize;
 
@@ -87,13 +86,22 @@ pub const MSMARCO_SUBSET_DIR: &str = "data/msmarco-subset";
 /// Runs the quickstart for the training config at `config_path` (which must name a
 /// development split). `shared_data` is a shared-data root (the folder holding
 /// `collections/msmarco-subset`) that overrides where `msmarco-subset` is read; by default it
-/// is [`MSMARCO_SUBSET_DIR`] (the same files).
+/// is [`MSMARCO_SUBSET_DIR`] (the same files). `devices` overrides the config's `device` /
+/// `devices` (the CPU by default); evaluation runs on the first.
 ///
 /// # Errors
-/// Config, data, model and evaluation errors, each naming its file.
-pub fn run(config_path: &Path, shared_data: Option<&Path>) -> Result<QuickstartReport> {
+/// Config, data, model, device and evaluation errors, each naming its file or device.
+pub fn run(
+    config_path: &Path,
+    shared_data: Option<&Path>,
+    devices: Option<&[DeviceSpec]>,
+) -> Result<QuickstartReport> {
     let started = Instant::now();
-    let config = TrainConfig::from_file(config_path)?;
+    let mut config = TrainConfig::from_file(config_path)?;
+    if let Some(specs) = devices {
+        config.set_devices(specs.to_vec());
+        config.validate()?;
+    }
     let Some(dev) = config.data.dev.clone() else {
         return Err(infembed_train::Error::Missing {
             path: config_path.to_path_buf(),
@@ -103,7 +111,8 @@ pub fn run(config_path: &Path, shared_data: Option<&Path>) -> Result<QuickstartR
         .into());
     };
     let evaluator = FollowIrDevEvaluator::from_files(&dev, config.data.distractors.as_deref())?;
-    let device = Device::default();
+    let devices = crate::open_devices(&config.device_specs())?;
+    let device = devices[0].clone();
 
     let msmarco_dir = match shared_data {
         Some(root) => root
@@ -135,7 +144,7 @@ pub fn run(config_path: &Path, shared_data: Option<&Path>) -> Result<QuickstartR
     }
 
     // Plain lines: the quickstart's story is the sequence of dev evaluations in the log.
-    let mut trainer = Trainer::new(config.clone(), &device)?
+    let mut trainer = Trainer::on_devices(config.clone(), &devices)?
         .with_evaluator(Box::new(evaluator))
         .progress(ProgressMode::Plain);
     let summary = trainer.run()?;

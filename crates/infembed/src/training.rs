@@ -4,8 +4,9 @@
 
 use std::path::Path;
 
+use burn::tensor::Device;
 use infembed_data::{EvalSet, FollowIrSet};
-use infembed_encoder::DualEncoder;
+use infembed_encoder::{DeviceSpec, DualEncoder};
 use infembed_eval::{
     EncoderRetriever, EvalConfig, FollowIrReport, RetrievalReport, evaluate_followir,
     evaluate_retrieval, load_heldout,
@@ -71,7 +72,20 @@ pub fn retrieval_report(encoder: &DualEncoder, set: &EvalSet) -> Result<Retrieva
     Ok(evaluate_retrieval(set, &mut retriever, &EvalConfig::default())?.report)
 }
 
-/// Trains as `config` says on the CPU, with the development split (when the config names
+/// Opens every device of `specs` (each once: a repeated spec, as in `cpu,cpu`, gives the
+/// same device twice).
+///
+/// # Errors
+/// A device whose backend is not compiled in (the error names the cargo feature), or that
+/// this machine cannot open.
+pub fn open_devices(specs: &[DeviceSpec]) -> Result<Vec<Device>> {
+    Ok(specs
+        .iter()
+        .map(DeviceSpec::device)
+        .collect::<std::result::Result<Vec<_>, _>>()?)
+}
+
+/// Trains as `config` says on its devices (`device` / `devices`; the CPU by default), with the development split (when the config names
 /// one) evaluated by [`FollowIrDevEvaluator`]; with `resume`, continues from the newest
 /// checkpoint of the output directory when there is one. `progress` picks plain lines or
 /// burn-train's terminal dashboard ([`ProgressMode::Auto`]: the dashboard on a terminal).
@@ -87,7 +101,8 @@ pub fn train(config: TrainConfig, resume: bool, progress: ProgressMode) -> Resul
         )?),
         None => None,
     };
-    let mut trainer = Trainer::new(config, &burn::tensor::Device::default())?.progress(progress);
+    let devices = open_devices(&config.device_specs())?;
+    let mut trainer = Trainer::on_devices(config, &devices)?.progress(progress);
     if let Some(ev) = evaluator {
         trainer = trainer.with_evaluator(Box::new(ev));
     }

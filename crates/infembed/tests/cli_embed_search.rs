@@ -160,7 +160,7 @@ fn embed_and_search_round_trip_with_minilm() {
     let corpus = write_corpus(dir.path());
 
     // The reference rows, computed here with the encoder directly.
-    let encoder = DualEncoder::from_dir(&model, EncoderConfig::default(), &Device::default())
+    let encoder = DualEncoder::from_dir(&model, EncoderConfig::default(), &Device::flex())
         .expect("model loads");
     let passages = [
         "Green tea Green tea is steeped below boiling, around 80 degrees Celsius.",

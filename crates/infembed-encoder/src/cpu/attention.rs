@@ -574,7 +574,7 @@ mod tests {
     #[test]
     fn equals_burn_attention_with_padding() {
         let _rng = crate::rng_lock();
-        let device = Device::default();
+        let device = Device::flex();
         device.seed(5);
         let (b, l, d, heads) = (4, 9, 24, 4);
         let layers: Vec<Linear> = (0..3)
@@ -604,7 +604,7 @@ mod tests {
     #[test]
     fn training_attention_equals_spelled_out_attention() {
         let _rng = crate::rng_lock();
-        let device = Device::default().autodiff();
+        let device = Device::flex().autodiff();
         let (b, heads, l, dh) = (3, 3, 7, 8);
         let d = heads * dh;
         let pad: Vec<bool> = (0..b * l)
@@ -681,10 +681,10 @@ mod tests {
 
     #[test]
     fn declines_autodiff_tensors() {
-        let device = Device::default().autodiff();
+        let device = Device::flex().autodiff();
         let layer = LinearConfig::new(8, 8).init(&device);
         assert!(QkvWeights::new([&layer, &layer, &layer], 8).is_none());
-        let plain = LinearConfig::new(8, 8).init(&Device::default());
+        let plain = LinearConfig::new(8, 8).init(&Device::flex());
         let qkv = QkvWeights::new([&plain, &plain, &plain], 8).expect("flex f32");
         let x = Tensor::<2>::zeros([2, 8], &device);
         assert!(self_attention(&x, &qkv, 2, &[0, 2]).is_none());
@@ -695,7 +695,7 @@ mod tests {
     #[test]
     fn prepared_weights_know_their_parameters() {
         let _rng = crate::rng_lock();
-        let device = Device::default();
+        let device = Device::flex();
         device.seed(8);
         let lin = || LinearConfig::new(8, 8).init(&device);
         let (q, k, v) = (lin(), lin(), lin());

@@ -696,7 +696,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn plain() -> Device {
-        Device::default()
+        Device::flex()
     }
 
     fn values(t: Tensor<2>) -> Vec<f32> {

@@ -320,7 +320,7 @@ mod tests {
     #[test]
     fn forward_matches_burn_linear_with_and_without_bias() {
         let _rng = crate::rng_lock();
-        let device = Device::default();
+        let device = Device::flex();
         for bias in [true, false] {
             let layer = LinearConfig::new(37, 53).with_bias(bias).init(&device);
             let x = Tensor::<3>::random([3, 11, 37], Distribution::Default, &device);
@@ -342,7 +342,7 @@ mod tests {
     #[test]
     fn gradients_match_burn_linear() {
         let _rng = crate::rng_lock();
-        let device = Device::default().autodiff();
+        let device = Device::flex().autodiff();
         for (bias, act) in [
             (true, Activation::Identity),
             (true, Activation::Gelu),

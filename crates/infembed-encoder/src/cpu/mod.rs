@@ -13,6 +13,13 @@
 //! through `pulp`'s safe wrappers, a portable loop otherwise). Benchmarks reach the matrix
 //! product through the `bench-internals` cargo feature ([`crate::bench_internals`]).
 
+/// Whether tensors on `device` reach this wing's kernels without autodiff: burn's `flex`
+/// backend (whose own attention also shares key/value heads among grouped query heads,
+/// which cubecl's does not).
+pub(crate) fn is_plain_flex(device: &burn::tensor::Device) -> bool {
+    !device.is_autodiff() && *device == burn::tensor::Device::flex()
+}
+
 // The `try_*` kernels return `Result<Tensor, Tensor>`: the `Err` hands the caller's own
 // tensor back untouched (no copy), and both variants are one tensor handle.
 pub(crate) mod attention;

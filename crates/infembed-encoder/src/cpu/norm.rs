@@ -241,7 +241,7 @@ mod tests {
     #[test]
     fn matches_burn_layer_norm_values_and_gradients() {
         let _rng = crate::rng_lock();
-        let device = Device::default().autodiff();
+        let device = Device::flex().autodiff();
         device.seed(4);
         for bias in [true, false] {
             let eps = 1e-12;

@@ -84,7 +84,7 @@ mod tests {
     /// on either padding side, with the padding flags it uploads.
     #[test]
     fn input_carries_the_packed_layout_of_its_rows() {
-        let device = Device::default();
+        let device = Device::flex();
         let ids: Vec<Vec<u32>> = vec![vec![5, 6, 7], vec![8], vec![9, 10]];
         let types: Vec<Vec<u32>> = ids.iter().map(|r| vec![0; r.len()]).collect();
         for pad_left in [false, true] {

@@ -40,9 +40,10 @@ pub(crate) fn attention(
         h % kv_heads == 0,
         "attention: {h} query heads not divisible by {kv_heads} key/value heads"
     );
-    // The native CPU kernel handles grouped heads and broadcast masks itself; the
-    // decomposed (autodiff) path needs them spelled out.
-    let decomposed = q.device().is_autodiff();
+    // burn's CPU (`flex`) attention handles grouped heads and broadcast masks itself; the
+    // autodiff path and the GPU backends (cubecl's attention wants as many key/value heads as
+    // query heads) need them spelled out.
+    let decomposed = !crate::cpu::is_plain_flex(&q.device());
     let (k, v, mask) = if decomposed {
         let rep = h / kv_heads;
         let repeat = |t: Tensor<4>| {
@@ -250,7 +251,7 @@ mod tests {
             .iter()
             .flat_map(|&n| (0..l).map(move |j| j >= n))
             .collect();
-        for device in [Device::default(), Device::default().autodiff()] {
+        for device in [Device::flex(), Device::flex().autodiff()] {
             let packing = Packing::new(&pad, lengths.len(), l, &device);
             device.seed(3);
             let lin = || LinearConfig::new(d, d).init(&device);
@@ -296,7 +297,7 @@ mod tests {
     #[test]
     fn decomposed_attention_equals_fused_attention() {
         let _rng = crate::rng_lock();
-        let device = Device::default();
+        let device = Device::flex();
         let (b, h, l, dh) = (3, 4, 7, 8);
         device.seed(11);
         let rand = || Tensor::<4>::random([b, h, l, dh], Distribution::Normal(0.0, 1.0), &device);
@@ -318,7 +319,7 @@ mod tests {
     #[test]
     fn attention_dropout_is_active_only_in_training() {
         let _rng = crate::rng_lock();
-        let device = Device::default().autodiff();
+        let device = Device::flex().autodiff();
         device.seed(3);
         let rand = || Tensor::<4>::random([2, 2, 6, 4], Distribution::Normal(0.0, 1.0), &device);
         let (q, k, v) = (rand(), rand(), rand());

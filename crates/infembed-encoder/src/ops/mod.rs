@@ -46,9 +46,26 @@ pub(crate) fn linear_gelu<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tenso
     try_linear(layer, x, Activation::Gelu).unwrap_or_else(|x| gelu(layer.forward(x)))
 }
 
-/// Exact (erf) GELU, `x * Phi(x)`, as [`activation::gelu`].
+/// Exact (erf) GELU, `x * Phi(x)`, as [`activation::gelu`], with its exact derivative.
+///
+/// burn 0.22's own GELU backward (`gelu_backward`, used by every backend without a kernel of
+/// its own, the GPU ones included) differentiates the tanh approximation instead of the erf
+/// forward it computes: about 1e-3 relative error in a BERT's gradients against PyTorch's.
+/// With a graph, the fallback therefore composes `x (1 + erf(x / sqrt 2)) / 2` from
+/// operations whose backward is exact (erf's is `2 / sqrt(pi) exp(-x^2)`).
 pub(crate) fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
-    try_gelu(x).unwrap_or_else(activation::gelu)
+    try_gelu(x).unwrap_or_else(|x| {
+        if x.device().is_autodiff() {
+            let phi = x
+                .clone()
+                .div_scalar(std::f64::consts::SQRT_2)
+                .erf()
+                .add_scalar(1.0);
+            (x * phi).div_scalar(2.0)
+        } else {
+            activation::gelu(x)
+        }
+    })
 }
 
 /// `burn::nn::Dropout::forward` with the same contract: the identity unless the module is in

@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn packs_and_unpacks_around_padding_anywhere() {
-        let device = Device::default();
+        let device = Device::flex();
         let (b, l, d) = (3, 4, 2);
         // row 0 right-padded, row 1 left-padded, row 2 all padding
         let pad = [

@@ -25,7 +25,24 @@ pub fn minilm_dir(test: &str) -> Option<PathBuf> {
 
 /// The CPU device.
 pub fn device() -> Device {
-    Device::default()
+    Device::flex()
+}
+
+/// The wgpu device (Mesa's software Vulkan driver in CI); when the backend is not compiled
+/// in or no adapter opens, `None` after a recorded skip, or a failure under `CI=true`.
+pub fn wgpu_device(test: &str) -> Option<Device> {
+    match infembed_encoder::DeviceSpec::Wgpu(None).device() {
+        Ok(device) => Some(device),
+        Err(e) => {
+            infembed_testkit::skip_or_fail(&infembed_testkit::Missing::new(
+                test,
+                format!("a wgpu device ({e})"),
+                "cargo xtask test builds with --features infembed/wgpu; install a Vulkan driver \
+                 (apt-get install -t bookworm-backports mesa-vulkan-drivers)",
+            ));
+            None
+        }
+    }
 }
 
 /// Rows of a `[N, d]` tensor.

@@ -31,13 +31,15 @@ pub struct EmbedArgs {
     /// Embed the texts as queries, (instruction, text) through the query tower.
     #[arg(long)]
     queries: bool,
+    #[command(flatten)]
+    device: super::device::DeviceArgs,
 }
 
 pub fn run(args: &EmbedArgs) -> Result<()> {
     // Cheap checks first: the output format and the input, before loading the model.
     IndexFormat::from_path(&args.output)?;
     let records = read_texts(&args.input)?;
-    let encoder = load_encoder(&args.model, args.encoder_config.as_deref())?;
+    let encoder = load_encoder(&args.model, args.encoder_config.as_deref(), &args.device)?;
     let side = if args.queries {
         Side::Queries
     } else {

@@ -66,13 +66,15 @@ pub struct EvalArgs {
     /// Write TREC run files into this folder.
     #[arg(long)]
     run_dir: Option<PathBuf>,
+    #[command(flatten)]
+    device: super::device::DeviceArgs,
 }
 
 pub fn run(args: &EvalArgs) -> Result<()> {
     let config = EvalConfig::default().with_depth(args.depth);
     let mut retriever: Box<dyn Retriever> = match &args.model {
         Some(dir) => {
-            let encoder = load_encoder(dir, args.encoder_config.as_deref())?;
+            let encoder = load_encoder(dir, args.encoder_config.as_deref(), &args.device)?;
             Box::new(EncoderRetriever::new(encoder, model_name(dir)))
         }
         None => {

@@ -4,9 +4,9 @@ use std::path::Path;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use infembed::Device;
 use infembed::encoder::{DualEncoder, EncoderConfig};
 
+pub mod device;
 pub mod embed;
 pub mod eval;
 pub mod logger;
@@ -43,6 +43,8 @@ enum Command {
     Train(train::TrainArgs),
     /// Zero-shot eval, fine-tune, eval again: the before/after table (README's first command).
     Quickstart(quickstart::QuickstartArgs),
+    /// List the devices this build can run on (--device), and the backends it lacks.
+    Devices(device::DevicesArgs),
 }
 
 /// Runs the parsed command.
@@ -55,6 +57,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Search(args) => search::run(&args),
         Command::Train(args) => train::run(&args),
         Command::Quickstart(args) => quickstart::run(&args),
+        Command::Devices(args) => device::run(&args),
     }
 }
 
@@ -78,12 +81,16 @@ pub fn one_line(e: &anyhow::Error) -> String {
 /// named before the model is looked for), loaded by [`infembed::load_encoder`]: a directory saved
 /// by `infembed train` carries its encoder config, which applies unless `--encoder-config`
 /// overrides it.
-fn load_encoder(model: &Path, encoder_config: Option<&Path>) -> Result<DualEncoder> {
+fn load_encoder(
+    model: &Path,
+    encoder_config: Option<&Path>,
+    device: &device::DeviceArgs,
+) -> Result<DualEncoder> {
     let config = match encoder_config {
         Some(path) => Some(EncoderConfig::from_file(path)?),
         None => None,
     };
-    Ok(infembed::load_encoder(model, config, &Device::default())?)
+    Ok(infembed::load_encoder(model, config, &device.open()?)?)
 }
 
 /// `$INFEMBED_SHARED_DATA` when set and non-empty: where the project's shared data lives.

@@ -17,6 +17,8 @@ pub struct QuickstartArgs {
     /// Print the report as one JSON object on stdout.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    devices: super::device::TrainDeviceArgs,
 }
 
 pub fn run(args: &QuickstartArgs) -> Result<()> {
@@ -24,7 +26,11 @@ pub fn run(args: &QuickstartArgs) -> Result<()> {
         .shared_data
         .clone()
         .or_else(super::shared_data_from_env);
-    let report = infembed::quickstart::run(&args.config, shared_data.as_deref())?;
+    let report = infembed::quickstart::run(
+        &args.config,
+        shared_data.as_deref(),
+        args.devices.specs().as_deref(),
+    )?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(());

@@ -35,17 +35,19 @@ pub struct SearchArgs {
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    device: super::device::DeviceArgs,
 }
 
 pub fn run(args: &SearchArgs) -> Result<()> {
     let encoder;
     let (index, records) = if let Some(corpus) = &args.corpus {
         let records = read_texts(corpus)?;
-        encoder = load_encoder(&args.model, args.encoder_config.as_deref())?;
+        encoder = load_encoder(&args.model, args.encoder_config.as_deref(), &args.device)?;
         (embed_passages(&encoder, &records)?, records)
     } else if let Some(path) = &args.index {
         let index = EmbeddingIndex::load(path)?;
-        encoder = load_encoder(&args.model, args.encoder_config.as_deref())?;
+        encoder = load_encoder(&args.model, args.encoder_config.as_deref(), &args.device)?;
         let ours = encoder.source_dir().display().to_string();
         if !index.model.is_empty() && index.model != ours {
             eprintln!(

@@ -18,11 +18,22 @@ pub struct TrainArgs {
     /// (q) stops after the current step with a checkpoint, for --resume.
     #[arg(long, default_value = "auto")]
     progress: infembed::train::ProgressMode,
+    #[command(flatten)]
+    devices: super::device::TrainDeviceArgs,
 }
 
 pub fn run(args: &TrainArgs) -> Result<()> {
-    let config = infembed::train::TrainConfig::from_file(&args.config)?;
-    eprintln!("{}", infembed::train::describe(&config));
+    let mut config = infembed::train::TrainConfig::from_file(&args.config)?;
+    if let Some(specs) = args.devices.specs() {
+        config.set_devices(specs);
+        config.validate()?;
+    }
+    let on: Vec<String> = config
+        .device_specs()
+        .iter()
+        .map(|d| d.to_string())
+        .collect();
+    eprintln!("{} on {}", infembed::train::describe(&config), on.join(","));
     let summary = infembed::train(config, args.resume, args.progress)?;
     eprintln!(
         "done: {} optimizer steps, {:.2} rows/s in this process{}",

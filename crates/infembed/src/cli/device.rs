@@ -1,0 +1,79 @@
+//! `--device` / `--dtype` (shared by the commands that load a model) and `infembed devices`.
+
+use anyhow::Result;
+use clap::Args;
+use infembed::{Device, DeviceSpec, Precision};
+
+/// Where a command's model runs.
+#[derive(Args, Clone, Debug)]
+pub struct DeviceArgs {
+    /// Where the model runs: cpu (the default), wgpu[:N], vulkan[:N] or cuda[:N];
+    /// `infembed devices` lists what this build sees (docs/devices.md).
+    #[arg(long, default_value = "cpu", value_parser = parse_device)]
+    pub device: DeviceSpec,
+    /// Float type on a GPU device: f32 (the default), bf16 or f16. The CPU computes in f32.
+    #[arg(long, default_value = "f32", value_parser = parse_precision)]
+    pub dtype: Precision,
+}
+
+impl DeviceArgs {
+    /// Opens the device with its float type.
+    pub fn open(&self) -> Result<Device> {
+        Ok(self.device.device_with(self.dtype)?)
+    }
+}
+
+/// Where training runs (`infembed train`, `infembed quickstart`): overrides the config.
+#[derive(Args, Clone, Debug)]
+pub struct TrainDeviceArgs {
+    /// Train on this device (overrides the config's `device` / `devices`).
+    #[arg(long, value_parser = parse_device, conflicts_with = "devices")]
+    pub device: Option<DeviceSpec>,
+    /// Train on several devices sharing each batch, comma-separated (`cpu,cpu`,
+    /// `wgpu:0,wgpu:1`); overrides the config.
+    #[arg(long, value_parser = parse_device_list)]
+    pub devices: Option<Vec<DeviceSpec>>,
+}
+
+impl TrainDeviceArgs {
+    /// The override, if one was given.
+    pub fn specs(&self) -> Option<Vec<DeviceSpec>> {
+        match (&self.devices, self.device) {
+            (Some(list), _) => Some(list.clone()),
+            (None, Some(one)) => Some(vec![one]),
+            (None, None) => None,
+        }
+    }
+}
+
+fn parse_device(text: &str) -> std::result::Result<DeviceSpec, String> {
+    text.parse()
+        .map_err(|e: infembed::encoder::Error| e.to_string())
+}
+
+// clap calls a value parser returning a `Vec` once per occurrence, so the type is wrapped.
+fn parse_device_list(text: &str) -> std::result::Result<Vec<DeviceSpec>, String> {
+    infembed::parse_devices(text).map_err(|e| e.to_string())
+}
+
+fn parse_precision(text: &str) -> std::result::Result<Precision, String> {
+    text.parse()
+        .map_err(|e: infembed::encoder::Error| e.to_string())
+}
+
+/// `infembed devices`: each device this build can open, then the backends it lacks.
+#[derive(Args)]
+pub struct DevicesArgs {}
+
+pub fn run(_args: &DevicesArgs) -> Result<()> {
+    for listing in infembed::list_devices() {
+        println!("{:<10} {}", listing.spec.to_string(), listing.description);
+    }
+    for (spec, feature) in infembed::missing_backends() {
+        println!(
+            "{:<10} not in this build (cargo feature `{feature}`)",
+            spec.to_string()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! `--device` as a user meets it: `infembed devices` lists what the build sees, a device whose
+//! backend is not compiled in is a one-line error naming the cargo feature, and on a wgpu
+//! device (Mesa's software Vulkan driver in CI) `embed` and `eval` give the CPU's numbers.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use infembed::{DeviceSpec, EmbeddingIndex};
+use infembed_testkit::{Missing, skip_or_fail};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_infembed"))
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("the infembed binary starts");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    out
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn root() -> PathBuf {
+    infembed_testkit::workspace_root()
+}
+
+fn tiny_bert() -> PathBuf {
+    root().join("crates/infembed-encoder/tests/fixtures/tiny-bert")
+}
+
+/// Whether this build and machine open a wgpu device; a skip (a failure under `CI=true`) when
+/// they do not.
+fn wgpu_available(test: &str) -> bool {
+    match DeviceSpec::Wgpu(None).device() {
+        Ok(_) => true,
+        Err(e) => {
+            skip_or_fail(&Missing::new(
+                test,
+                format!("a wgpu device ({e})"),
+                "cargo xtask test builds with --features infembed/wgpu; install a Vulkan driver \
+                 (apt-get install -t bookworm-backports mesa-vulkan-drivers)",
+            ));
+            false
+        }
+    }
+}
+
+#[test]
+fn devices_lists_the_cpu_and_names_the_features_of_missing_backends() {
+    let stdout = ok(&run(bin().arg("devices")));
+    let first = stdout.lines().next().unwrap();
+    assert!(first.starts_with("cpu"), "{stdout}");
+    for spec in [DeviceSpec::Wgpu(None), DeviceSpec::Cuda(None)] {
+        let feature = spec.feature().unwrap();
+        let named = stdout
+            .lines()
+            .any(|l| l.starts_with(feature) && l.contains(&format!("`{feature}`")));
+        assert_eq!(named, !spec.is_compiled(), "{spec}: {stdout}");
+    }
+}
+
+#[test]
+fn a_device_not_compiled_in_or_malformed_is_a_one_line_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = root().join("examples/data/corpus.jsonl");
+    let out_file = dir.path().join("e.npy");
+    let embed = |device: &str| {
+        run(bin()
+            .args(["embed", "--model"])
+            .arg(tiny_bert())
+            .arg("--input")
+            .arg(&corpus)
+            .arg("--output")
+            .arg(&out_file)
+            .args(["--device", device]))
+    };
+    let cuda = DeviceSpec::Cuda(Some(0));
+    if !cuda.is_compiled() {
+        let out = embed("cuda:0");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(!out.status.success());
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(
+            lines[0].contains("cuda:0") && lines[0].contains("`cuda`"),
+            "{stderr}"
+        );
+        assert!(!out_file.exists(), "nothing is written");
+    }
+    let out = embed("tpu");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown device"), "{stderr}");
+    let out = run(bin()
+        .args(["embed", "--model"])
+        .arg(tiny_bert())
+        .arg("--input")
+        .arg(&corpus)
+        .arg("--output")
+        .arg(&out_file)
+        .args(["--dtype", "bf16"]));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("f32"));
+}
+
+fn embed_on(device: &str, model: &Path, input: &Path, output: &Path) -> EmbeddingIndex {
+    ok(&run(bin()
+        .args(["embed", "--model"])
+        .arg(model)
+        .arg("--input")
+        .arg(input)
+        .arg("--output")
+        .arg(output)
+        .args(["--device", device])));
+    EmbeddingIndex::load(output).unwrap()
+}
+
+fn max_abs_diff(a: &EmbeddingIndex, b: &EmbeddingIndex) -> f32 {
+    assert_eq!(a.ids, b.ids);
+    assert_eq!(a.dim, b.dim);
+    (0..a.ids.len())
+        .flat_map(|i| a.row(i).iter().zip(b.row(i)).map(|(x, y)| (x - y).abs()))
+        .fold(0.0, f32::max)
+}
+
+/// 40 shipped passages (the first distractors of the InF-IR sample) through
+/// all-MiniLM-L6-v2 on wgpu and on the CPU.
+#[test]
+fn embed_on_wgpu_equals_the_cpu_with_minilm() {
+    let test = "embed_on_wgpu_equals_the_cpu_with_minilm";
+    let Some(model) = infembed_testkit::minilm_dir(test) else {
+        return;
+    };
+    if !wgpu_available(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("passages.jsonl");
+    let shipped =
+        std::fs::read_to_string(root().join("data/inf-ir-sample/distractors.jsonl")).unwrap();
+    let lines: Vec<String> = shipped
+        .lines()
+        .take(40)
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            serde_json::json!({"id": v["passage_id"], "text": v["passage"]}).to_string()
+        })
+        .collect();
+    assert_eq!(lines.len(), 40);
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let cpu = embed_on("cpu", &model, &input, &dir.path().join("cpu.npy"));
+    let gpu = embed_on("wgpu", &model, &input, &dir.path().join("gpu.npy"));
+    let diff = max_abs_diff(&cpu, &gpu);
+    eprintln!("MiniLM, 40 passages: wgpu vs cpu max abs diff {diff:e}");
+    assert!(diff < 1e-5, "wgpu vs cpu: {diff}");
+}
+
+/// `infembed eval --device wgpu` of the tiny model on the InF-IR sample's held-out test gives
+/// the CPU's metrics.
+#[test]
+fn eval_on_wgpu_gives_the_cpu_metrics() {
+    if !wgpu_available("eval_on_wgpu_gives_the_cpu_metrics") {
+        return;
+    }
+    let eval = |device: &str| -> serde_json::Value {
+        let stdout = ok(&run(bin()
+            .args(["eval", "--data"])
+            .arg(root().join("data/inf-ir-sample/dev.jsonl"))
+            .arg("--model")
+            .arg(tiny_bert())
+            .args(["--json", "--device", device])));
+        serde_json::from_str(&stdout).unwrap()
+    };
+    let (cpu, gpu) = (eval("cpu"), eval("wgpu"));
+    let mut compared = 0;
+    compare(&cpu, &gpu, "", &mut compared);
+    assert!(compared >= 4, "{cpu}");
+}
+
+/// Every number of `a` equals the one at the same place in `b` to 1e-4; names where.
+fn compare(a: &serde_json::Value, b: &serde_json::Value, at: &str, n: &mut usize) {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!((x - y).abs() <= 1e-4, "{at}: cpu {x} vs wgpu {y}");
+            *n += 1;
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            for (k, v) in x {
+                let w = y
+                    .get(k)
+                    .unwrap_or_else(|| panic!("{at}.{k} missing on wgpu"));
+                if !k.contains("seconds") {
+                    compare(v, w, &format!("{at}.{k}"), n);
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}");
+            for (i, (v, w)) in x.iter().zip(y).enumerate() {
+                compare(v, w, &format!("{at}[{i}]"), n);
+            }
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}

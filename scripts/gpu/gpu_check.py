@@ -1,0 +1,691 @@
+#!/usr/bin/env python3
+"""Helpers of the GPU check (`scripts/gpu/pack.sh` here, `scripts/gpu/run_on_gpu.sh` there).
+
+Subcommands (each prints JSON on stdout where it has a result):
+
+    narrow SRC DST            f32 safetensors -> f16 (pack.sh; the bundle is capped at 64 MiB)
+    widen MODEL_DIR           f16 safetensors -> f32 in place, removes the f16 marker
+    passages --source F --n N --out F
+                              the first N distinct passages of an InF-IR distractors file (or
+                              any JSONL with id/_id/passage_id and text/passage) as the
+                              {"id", "text"} JSONL that `infembed embed --input` reads; cycles
+                              with suffixed ids when N exceeds what the file has
+    compare A.npy B.npy       max abs difference of two embedding matrices (exit 1 over
+                              --threshold); checks FILE.ids.txt orders when both exist
+    embed-log FILE            parses `infembed embed`'s "embedded N passages ... in X s"
+    train-log FILE            parses `infembed train`'s "done: N optimizer steps, R rows/s"
+    history FILE              dev metrics at the first and last evaluation of history.json
+    patch-config SRC --out DST --output-dir DIR [--max-steps N]
+                              a copy of a training TOML with output_dir (and max_steps) set
+    stage --name NAME --rc RC --out FILE ...
+                              one stage's record (run_on_gpu.sh writes one per stage)
+    report --stages DIR --out FILE ...
+                              the results JSON from the stage records; exit 1 if one failed
+    bundle-manifest DIR       sizes and sha256 of a bundle's files (pack.sh)
+
+Needs Python 3.7+; numpy when present (`narrow` requires it), else pure-Python fallbacks;
+the `safetensors` package when present, else a small reader/writer of the format
+(8-byte little-endian header length, JSON header, raw little-endian tensor data).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import math
+import os
+import re
+import struct
+import sys
+
+try:  # optional everywhere except `narrow`
+    import numpy as np
+except ImportError:  # pragma: no cover - depends on the machine
+    np = None
+
+F16_MARKER = "WEIGHTS_ARE_F16.txt"
+
+# --------------------------------------------------------------------------------------------
+# safetensors, with or without the package
+# --------------------------------------------------------------------------------------------
+
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
+                "I8": 1, "U8": 1, "BOOL": 1}
+
+
+def read_header(path):
+    """(header dict, data offset) of a safetensors file."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n).decode("utf-8"))
+    return header, 8 + n
+
+
+def write_safetensors_raw(path, tensors, metadata=None):
+    """Writes {name: (dtype, shape, bytes)} as safetensors (names sorted, 8-byte aligned
+    header, as the reference implementation does)."""
+    header = {}
+    if metadata:
+        header["__metadata__"] = metadata
+    offset = 0
+    order = sorted(tensors)
+    for name in order:
+        dtype, shape, data = tensors[name]
+        header[name] = {"dtype": dtype, "shape": list(shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    blob = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    blob += b" " * ((8 - len(blob) % 8) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for name in order:
+            f.write(tensors[name][2])
+    os.replace(tmp, path)
+
+
+def read_safetensors_raw(path):
+    """{name: (dtype, shape, bytes)} and the metadata of a safetensors file."""
+    header, start = read_header(path)
+    metadata = header.pop("__metadata__", None)
+    out = {}
+    with open(path, "rb") as f:
+        for name, info in header.items():
+            a, b = info["data_offsets"]
+            f.seek(start + a)
+            out[name] = (info["dtype"], tuple(info["shape"]), f.read(b - a))
+    return out, metadata
+
+
+def _convert_floats(src, dst, from_dtype, to_dtype, marker_text=None):
+    """Converts every `from_dtype` tensor of `src` to `to_dtype` (other tensors unchanged),
+    writes `dst`. Returns a summary dict."""
+    tensors, metadata = read_safetensors_raw(src)
+    converted = 0
+    worst = 0.0
+    for name, (dtype, shape, data) in list(tensors.items()):
+        if dtype != from_dtype:
+            continue
+        if np is not None:
+            arr = np.frombuffer(data, dtype="<f4" if from_dtype == "F32" else "<f2")
+            new = arr.astype("<f2" if to_dtype == "F16" else "<f4")
+            if to_dtype == "F16":
+                if not np.all(np.isfinite(new)):
+                    raise SystemExit(f"{name}: values outside the float16 range")
+                worst = max(worst, float(np.max(np.abs(new.astype("<f4") - arr), initial=0.0)))
+            out = new.tobytes()
+        elif from_dtype == "F16" and to_dtype == "F32":
+            out = _f16_to_f32_bytes(data)
+        else:
+            raise SystemExit("numpy is needed to narrow weights to float16")
+        tensors[name] = (to_dtype, shape, out)
+        converted += 1
+    write_safetensors_raw(dst, tensors, metadata)
+    return {"tensors": len(tensors), "converted": converted, "from": from_dtype,
+            "to": to_dtype, "bytes": os.path.getsize(dst),
+            "max_abs_rounding_error": worst if to_dtype == "F16" else None}
+
+
+def _f16_to_f32_bytes(data):
+    """float16 -> float32 bytes without numpy (struct's "e" format; exact), in chunks."""
+    out = bytearray()
+    step = 1 << 20
+    for i in range(0, len(data) // 2, step):
+        chunk = data[2 * i: 2 * min(i + step, len(data) // 2)]
+        n = len(chunk) // 2
+        out += struct.pack("<%df" % n, *struct.unpack("<%de" % n, chunk))
+    return bytes(out)
+
+
+def cmd_narrow(args):
+    if np is None:
+        raise SystemExit("narrow needs numpy (pip install numpy safetensors)")
+    try:
+        from safetensors import safe_open
+        from safetensors.numpy import save_file
+    except ImportError:
+        safe_open = None
+    if safe_open is not None:
+        tensors = {}
+        with safe_open(args.src, framework="np") as f:
+            metadata = f.metadata()
+            for name in f.keys():
+                tensors[name] = f.get_tensor(name)
+        worst = 0.0
+        converted = 0
+        for name, arr in tensors.items():
+            if arr.dtype == np.float32:
+                new = arr.astype(np.float16)
+                if not np.all(np.isfinite(new)):
+                    raise SystemExit(f"{name}: values outside the float16 range")
+                worst = max(worst, float(np.max(np.abs(new.astype(np.float32) - arr),
+                                                initial=0.0)))
+                tensors[name] = new
+                converted += 1
+        save_file(tensors, args.dst, metadata=metadata)
+        os.chmod(args.dst, 0o644)
+        summary = {"tensors": len(tensors), "converted": converted, "from": "F32",
+                   "to": "F16", "bytes": os.path.getsize(args.dst),
+                   "max_abs_rounding_error": worst, "writer": "safetensors"}
+    else:
+        summary = _convert_floats(args.src, args.dst, "F32", "F16")
+        summary["writer"] = "built-in"
+    marker = os.path.join(os.path.dirname(os.path.abspath(args.dst)), F16_MARKER)
+    with open(marker, "w") as f:
+        f.write(
+            "model.safetensors in this folder holds float16 weights (narrowed from float32 by\n"
+            "scripts/gpu/gpu_check.py narrow so that the GPU bundle fits in 64 MiB).\n"
+            "infembed reads float32: widen them back before use with\n"
+            "    python3 scripts/gpu/gpu_check.py widen <this folder>\n"
+            "(run_on_gpu.sh does it). Widening is exact, but the values are the float16\n"
+            "roundings of the original weights (largest rounding error: %.3g).\n"
+            % summary["max_abs_rounding_error"])
+    print(json.dumps(summary))
+
+
+def cmd_widen(args):
+    path = os.path.join(args.model_dir, "model.safetensors")
+    header, _ = read_header(path)
+    halves = [k for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F16"]
+    marker = os.path.join(args.model_dir, F16_MARKER)
+    if not halves:
+        summary = {"converted": 0, "note": "no float16 tensor: already widened"}
+    else:
+        try:
+            from safetensors import safe_open
+            from safetensors.numpy import save_file
+            have_st = np is not None
+        except ImportError:
+            have_st = False
+        if have_st:
+            tensors = {}
+            with safe_open(path, framework="np") as f:
+                metadata = f.metadata()
+                for name in f.keys():
+                    arr = f.get_tensor(name)
+                    tensors[name] = arr.astype(np.float32) if arr.dtype == np.float16 else arr
+            tmp = path + ".tmp"
+            save_file(tensors, tmp, metadata=metadata)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+            summary = {"converted": len(halves), "writer": "safetensors"}
+        else:
+            summary = _convert_floats(path, path, "F16", "F32")
+            summary["writer"] = "built-in"
+    if os.path.exists(marker):
+        os.remove(marker)
+    summary["bytes"] = os.path.getsize(path)
+    print(json.dumps(summary))
+
+
+# --------------------------------------------------------------------------------------------
+# .npy, with or without numpy
+# --------------------------------------------------------------------------------------------
+
+def load_npy(path):
+    """A 2-D float32 matrix as (rows, cols, flat list or numpy array)."""
+    if np is not None:
+        arr = np.load(path).astype(np.float32)
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        return arr.shape[0], arr.shape[1], arr
+    with open(path, "rb") as f:
+        if f.read(6) != b"\x93NUMPY":
+            raise SystemExit(f"{path}: not a .npy file")
+        major = f.read(2)[0]
+        (hlen,) = struct.unpack("<H" if major == 1 else "<I", f.read(2 if major == 1 else 4))
+        header = f.read(hlen).decode("latin1")
+        descr = re.search(r"'descr':\s*'([^']+)'", header).group(1)
+        shape = tuple(int(x) for x in re.search(r"'shape':\s*\(([^)]*)\)", header)
+                      .group(1).split(",") if x.strip())
+        if "True" in re.search(r"'fortran_order':\s*(\w+)", header).group(1):
+            raise SystemExit(f"{path}: Fortran order is not supported without numpy")
+        code = {"<f4": "f", "<f8": "d", "<f2": "e"}[descr]
+        data = f.read()
+    n = len(data) // struct.calcsize(code)
+    flat = list(struct.unpack("<%d%s" % (n, code), data))
+    rows, cols = (1, shape[0]) if len(shape) == 1 else shape
+    return rows, cols, flat
+
+
+def save_npy_f32(path, rows, cols, flat_bytes):
+    """Writes row-major little-endian float32 bytes as a (rows, cols) .npy (no numpy)."""
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, cols)
+    pad = 64 - (10 + len(header) + 1) % 64
+    header = header + " " * pad + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00")
+        f.write(struct.pack("<H", len(header)))
+        f.write(header.encode("latin1"))
+        f.write(flat_bytes)
+
+
+def read_ids(npy_path):
+    ids_path = npy_path + ".ids.txt"
+    if not os.path.exists(ids_path):
+        base, _ = os.path.splitext(npy_path)
+        ids_path = base + ".ids.txt"
+    if not os.path.exists(ids_path):
+        return None
+    with open(ids_path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def cmd_compare(args):
+    ra, ca, a = load_npy(args.a)
+    rb, cb, b = load_npy(args.b)
+    out = {"a": args.a, "b": args.b, "shape_a": [ra, ca], "shape_b": [rb, cb],
+           "threshold": args.threshold}
+    if (ra, ca) != (rb, cb):
+        out.update(max_abs_diff=None, passed=False, problem="shapes differ")
+        print(json.dumps(out))
+        return 1
+    ids_a, ids_b = read_ids(args.a), read_ids(args.b)
+    if ids_a is not None and ids_b is not None:
+        out["ids_match"] = ids_a == ids_b
+    if np is not None:
+        diff = np.abs(a - b)
+        worst = float(diff.max())
+        worst_row = int(diff.max(axis=1).argmax())
+        cos = np.sum(a * b, axis=1) / np.maximum(
+            np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
+        out["min_cosine"] = float(cos.min())
+        out["mean_abs_diff"] = float(diff.mean())
+        finite = bool(np.all(np.isfinite(a)) and np.all(np.isfinite(b)))
+    else:
+        worst, worst_i = -1.0, 0
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = abs(x - y)
+            if d > worst:
+                worst, worst_i = d, i
+        worst_row = worst_i // ca
+        finite = all(math.isfinite(x) for x in a) and all(math.isfinite(y) for y in b)
+    out["max_abs_diff"] = worst
+    out["worst_row"] = worst_row
+    out["finite"] = finite
+    out["passed"] = bool(finite and worst <= args.threshold and out.get("ids_match", True))
+    print(json.dumps(out))
+    return 0 if out["passed"] else 1
+
+
+# --------------------------------------------------------------------------------------------
+# inputs, logs, configs
+# --------------------------------------------------------------------------------------------
+
+def _first(obj, keys):
+    for k in keys:
+        v = obj.get(k)
+        if v is not None:
+            return v
+    return None
+
+
+def cmd_passages(args):
+    seen = set()
+    items = []
+    with open(args.source, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            obj = json.loads(line)
+            pid = _first(obj, ["passage_id", "_id", "id", "doc_id"])
+            text = _first(obj, ["passage", "text", "document"])
+            if pid is None or not text:
+                continue
+            title = obj.get("title") or ""
+            if title.strip():
+                text = f"{title} {text}"
+            pid = str(pid)
+            if pid in seen:
+                continue
+            seen.add(pid)
+            items.append((pid, text))
+    if not items:
+        raise SystemExit(f"{args.source}: no passage found")
+    n = args.n
+    with open(args.out, "w", encoding="utf-8") as f:
+        for i in range(n):
+            pid, text = items[i % len(items)]
+            if i >= len(items):
+                pid = f"{pid}~{i // len(items)}"
+            f.write(json.dumps({"id": pid, "text": text}, ensure_ascii=False) + "\n")
+    chars = sum(len(items[i % len(items)][1]) for i in range(n))
+    print(json.dumps({"passages": n, "distinct": min(n, len(items)), "source": args.source,
+                      "mean_chars": chars / n}))
+
+
+EMBED_RE = re.compile(r"embedded (\d+) (passages|queries) \(d = (\d+)\) in ([0-9.]+) s")
+TRAIN_RE = re.compile(r"done: (\d+) optimizer steps, ([0-9.]+) rows/s")
+STEP_RE = re.compile(r"train step\s+(\d+)/(\d+) .*rows/s ([0-9.]+)")
+
+
+def cmd_embed_log(args):
+    text = open(args.file, encoding="utf-8", errors="replace").read()
+    m = EMBED_RE.findall(text)
+    if not m:
+        print(json.dumps({"encode_seconds": None, "wall_seconds": args.wall}))
+        return 1
+    n, _, d, s = m[-1]
+    s = float(s)
+    # infembed prints the encode time with one decimal (0.1 s resolution).
+    out = {"encoded": int(n), "dim": int(d), "encode_seconds": s,
+           "passages_per_s": int(n) / s if s > 0 else None}
+    if args.wall is not None:
+        out["wall_seconds"] = args.wall
+        out["passages_per_s_wall"] = int(n) / args.wall if args.wall > 0 else None
+    print(json.dumps(out))
+    return 0
+
+
+def cmd_train_log(args):
+    text = open(args.file, encoding="utf-8", errors="replace").read()
+    out = {"steps": None, "rows_per_s": None}
+    m = TRAIN_RE.findall(text)
+    if m:
+        steps, rate = m[-1]
+        # the whole process's training loop, evaluations and checkpoints included
+        out = {"steps": int(steps), "rows_per_s": float(rate)}
+    steps = STEP_RE.findall(text)
+    if steps:
+        # the last progress line: rows/s of the optimizer steps so far
+        out["step_rows_per_s"] = float(steps[-1][2])
+        out["steps_logged"] = int(steps[-1][0])
+        out["total_steps"] = int(steps[-1][1])
+    print(json.dumps(out))
+    return 0
+
+
+def cmd_history(args):
+    with open(args.file, encoding="utf-8") as f:
+        hist = json.load(f)
+    evals = [e for e in hist if e.get("metrics")]
+
+    def metrics(e):
+        # HistoryEntry.metrics is a Vec<(String, f64)>: a JSON list of [name, value] pairs.
+        m = e.get("metrics") or []
+        return dict(m) if isinstance(m, list) else dict(m.items())
+
+    out = {"entries": len(hist), "evaluations": len(evals),
+           "final_step": hist[-1]["step"] if hist else None,
+           "dev_before": metrics(evals[0]) if evals else None,
+           "dev_before_step": evals[0]["step"] if evals else None,
+           "dev_after": metrics(evals[-1]) if evals else None,
+           "dev_after_step": evals[-1]["step"] if evals else None,
+           "losses": [[e["step"], e.get("loss")] for e in hist if e.get("loss") is not None]}
+    print(json.dumps(out))
+    return 0 if evals else 1
+
+
+def cmd_patch_config(args):
+    """Rewrites the top-level `output_dir` (and `max_steps`) of a TOML file, leaving every other
+    line as it is. Top-level keys are those before the first [table] header."""
+    with open(args.src, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    first_table = next((i for i, l in enumerate(lines) if l.lstrip().startswith("[")),
+                       len(lines))
+    top, rest = lines[:first_table], lines[first_table:]
+    out_dir = json.dumps(args.output_dir)  # a TOML basic string is a JSON string here
+    top = [l for l in top if not re.match(r"\s*(output_dir|max_steps)\s*=", l)]
+    while top and not top[-1].strip():
+        top.pop()
+    top.append(f"output_dir = {out_dir}  # patched by scripts/gpu/gpu_check.py")
+    if args.max_steps is not None:
+        top.append(f"max_steps = {args.max_steps}  # patched: a short local test")
+    text = "\n".join(top + [""] + rest) + "\n"
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write(text)
+    print(json.dumps({"config": args.out, "output_dir": args.output_dir,
+                      "max_steps": args.max_steps}))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# stage records and the report
+# --------------------------------------------------------------------------------------------
+
+def _value(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _tail(path, lines):
+    if not path or not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        content = f.read().splitlines()
+    return "\n".join(content[-lines:])
+
+
+def cmd_stage(args):
+    rec = {"name": args.name, "ok": args.rc == 0 and not args.skipped,
+           "skipped": bool(args.skipped), "rc": args.rc}
+    if args.skipped:
+        rec["ok"] = None
+        rec["reason"] = args.skipped
+    if args.seconds is not None:
+        rec["seconds"] = args.seconds
+    for path in args.json or []:
+        key = None
+        if "=" in path and not os.path.exists(path):
+            key, path = path.split("=", 1)
+        data = None
+        if os.path.exists(path):
+            text = open(path, encoding="utf-8", errors="replace").read().strip()
+            # the last JSON line (torch_encode.py may print warnings before it)
+            for line in reversed(text.splitlines()):
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        data = json.loads(line)
+                        break
+                    except ValueError:
+                        pass
+            if data is None:
+                try:
+                    data = json.loads(text)
+                except ValueError:
+                    data = None
+        if key:
+            rec[key] = data
+        elif isinstance(data, dict):
+            rec.update(data)
+    for kv in args.append or []:
+        k, path = kv.split("=", 1)
+        item = None
+        if os.path.exists(path):
+            try:
+                item = json.loads(open(path, encoding="utf-8").read())
+            except ValueError:
+                item = None
+        rec.setdefault(k, []).append(item)
+    for kv in args.set or []:
+        k, v = kv.split("=", 1)
+        rec[k] = _value(v)
+    for kv in args.text or []:
+        k, path = kv.split("=", 1)
+        rec[k] = open(path, encoding="utf-8", errors="replace").read().rstrip("\n") \
+            if os.path.exists(path) else None
+    if rec["ok"] is False:
+        rec["stderr_tail"] = _tail(args.stderr, args.tail)
+        if args.stdout:
+            rec["stdout_tail"] = _tail(args.stdout, 20)
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(rec, f, indent=2)
+    status = "skipped" if args.skipped else ("ok" if rec["ok"] else f"FAILED (rc {args.rc})")
+    print(f"[gpu-check] stage {args.name}: {status}", file=sys.stderr)
+    return 0
+
+
+def _last_rate(rec):
+    runs = [r for r in ((rec or {}).get("runs") or []) if isinstance(r, dict)]
+    return runs[-1].get("passages_per_s") if runs else None
+
+
+def cmd_report(args):
+    stages = {}
+    for name in sorted(os.listdir(args.stages)):
+        if name.endswith(".json"):
+            with open(os.path.join(args.stages, name), encoding="utf-8") as f:
+                rec = json.load(f)
+            stages[rec["name"]] = rec
+
+    def get(stage, key):
+        rec = stages.get(stage)
+        return None if rec is None else rec.get(key)
+
+    failed = [n for n, r in stages.items() if r.get("ok") is False]
+    skipped = {n: r.get("reason") for n, r in stages.items() if r.get("skipped")}
+    dev = args.device
+    thr = stages.get("throughput_infembed") or {}
+    runs = [r for r in (thr.get("runs") or []) if isinstance(r, dict)]
+    last = runs[-1] if runs else {}  # the last run: the first one compiles the shaders
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": os.uname().nodename if hasattr(os, "uname") else None,
+        "device": dev,
+        "nvidia_smi": get("environment", "nvidia_smi"),
+        "infembed_devices": get("devices", "output"),
+        "parity": {
+            "passages": get("parity", "passages"),
+            "max_abs_diff": get("parity", "max_abs_diff"),
+            "threshold": get("parity", "threshold"),
+            "passed": get("parity", "passed"),
+            "f16_max_abs_diff": ((stages.get("throughput_infembed_f16") or {}).get("vs_cpu")
+                                 or {}).get("max_abs_diff"),
+        },
+        "torch_vs_infembed_cpu": {
+            "backend": get("torch_parity", "backend"),
+            "device": get("torch_parity", "device"),
+            "max_abs_diff": get("torch_parity", "max_abs_diff"),
+            "threshold": get("torch_parity", "threshold"),
+            "passed": get("torch_parity", "passed"),
+        },
+        "throughput_passages_per_s": {
+            "passages": thr.get("passages"),
+            f"infembed_{dev}": last.get("passages_per_s"),
+            f"infembed_{dev}_wall": last.get("passages_per_s_wall"),
+            f"infembed_{dev}_first_run": runs[0].get("passages_per_s") if runs else None,
+            f"infembed_{dev}_f16": _last_rate(stages.get("throughput_infembed_f16")),
+            "torch_fp32": get("torch_fp32", "passages_per_s"),
+            "torch_fp32_forward_only": get("torch_fp32", "passages_per_s_forward_only"),
+            "torch_fp16": get("torch_fp16", "passages_per_s"),
+            "torch_fp16_forward_only": get("torch_fp16", "passages_per_s_forward_only"),
+            "torch_device": get("torch_fp32", "device"),
+            "torch_device_fallback": get("torch_fp32", "device_fallback"),
+            "torch_backend": get("torch_fp32", "backend"),
+        },
+        "train": {
+            "device": get("train", "device"),
+            "seconds": get("train", "seconds"),
+            "steps": get("train", "steps"),
+            "max_steps": get("train", "max_steps"),
+            "rows_per_s": get("train", "rows_per_s"),
+            "step_rows_per_s": get("train", "step_rows_per_s"),
+            "dev_before": get("train", "dev_before"),
+            "dev_after": get("train", "dev_after"),
+        },
+        "failed_stages": failed,
+        "skipped_stages": skipped,
+        "ok": not failed,
+        "options": _value(args.options) if args.options else None,
+        "stages": stages,
+    }
+    tmp = args.out + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, args.out)
+    return 1 if failed else 0
+
+
+def cmd_bundle_manifest(args):
+    files = []
+    for root, _, names in os.walk(args.dir):
+        for n in names:
+            p = os.path.join(root, n)
+            rel = os.path.relpath(p, args.dir)
+            if rel == "bundle.json":
+                continue
+            h = hashlib.sha256()
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            files.append({"path": rel, "bytes": os.path.getsize(p), "sha256": h.hexdigest()})
+    files.sort(key=lambda x: x["path"])
+    out = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "files": files, "total_bytes": sum(x["bytes"] for x in files)}
+    for kv in args.set or []:
+        k, v = kv.split("=", 1)
+        out[k] = _value(v)
+    with open(os.path.join(args.dir, "bundle.json"), "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("narrow")
+    p.add_argument("src")
+    p.add_argument("dst")
+    p = sub.add_parser("widen")
+    p.add_argument("model_dir")
+    p = sub.add_parser("passages")
+    p.add_argument("--source", required=True)
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("compare")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--threshold", type=float, default=1e-3)
+    p = sub.add_parser("embed-log")
+    p.add_argument("file")
+    p.add_argument("--wall", type=float, help="the process's wall seconds")
+    p = sub.add_parser("train-log")
+    p.add_argument("file")
+    p = sub.add_parser("history")
+    p.add_argument("file")
+    p = sub.add_parser("patch-config")
+    p.add_argument("src")
+    p.add_argument("--out", required=True)
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--max-steps", type=int)
+    p = sub.add_parser("stage")
+    p.add_argument("--name", required=True)
+    p.add_argument("--rc", type=int, default=0)
+    p.add_argument("--seconds", type=float)
+    p.add_argument("--stderr")
+    p.add_argument("--stdout")
+    p.add_argument("--tail", type=int, default=30)
+    p.add_argument("--skipped")
+    p.add_argument("--json", action="append", help="FILE or KEY=FILE: merge a JSON result")
+    p.add_argument("--append", action="append", help="KEY=FILE: append a JSON object to a list")
+    p.add_argument("--set", action="append", help="KEY=VALUE (JSON if it parses)")
+    p.add_argument("--text", action="append", help="KEY=FILE: a file's text")
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("report")
+    p.add_argument("--stages", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--device", default="wgpu")
+    p.add_argument("--options")
+    p = sub.add_parser("bundle-manifest")
+    p.add_argument("dir")
+    p.add_argument("--set", action="append")
+
+    args = ap.parse_args(argv)
+    fn = {"narrow": cmd_narrow, "widen": cmd_widen, "passages": cmd_passages,
+          "compare": cmd_compare, "embed-log": cmd_embed_log, "train-log": cmd_train_log,
+          "history": cmd_history, "patch-config": cmd_patch_config, "stage": cmd_stage,
+          "report": cmd_report, "bundle-manifest": cmd_bundle_manifest}[args.cmd]
+    return fn(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

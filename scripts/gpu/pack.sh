@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Builds the GPU-check bundle: everything `scripts/gpu/run_on_gpu.sh` needs on a GPU machine
+# that has no Rust toolchain and no network, in at most 64 MiB (scripts/gpu/README.md).
+#
+#   scripts/gpu/pack.sh [--out DIR] [--no-build] [--features LIST] [--no-tree-check] [--python PY]
+#
+#   --out DIR        the bundle folder (default target/gpu-pack; emptied first). Keep it under
+#                    target/ (git-ignored) so that the device tool can carry it.
+#   --no-build       use target/release/infembed as it is (built when it is missing)
+#   --features LIST  cargo features of the build (default: wgpu)
+#   --no-tree-check  only the bundle counts against 64 MiB (by default the repository's working
+#                    tree, which the device tool sends along with the carried bundle, counts too)
+#   --python PY      a Python with numpy (and, preferably, safetensors) for the float16
+#                    conversion (default: $PYTHON, else python3)
+#
+# Layout (repository-relative, so that the quickstart config's paths resolve from the bundle
+# root): infembed.xz, models/all-MiniLM-L6-v2/ (float16 weights + WEIGHTS_ARE_F16.txt),
+# examples/configs/quickstart.toml, the data files it names, data/msmarco-subset/ (the
+# quickstart's ad hoc retrieval check), scripts/gpu/, bundle.json (sizes, sha256, commit).
+set -euo pipefail
+
+LIMIT=67108864 # 64 MiB: what the device tool carries
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+OUT="$ROOT/target/gpu-pack"
+BUILD=1
+TREE_CHECK=1
+FEATURES=wgpu
+PY="${PYTHON:-python3}"
+MODEL_REL=models/all-MiniLM-L6-v2
+CONFIG_REL=examples/configs/quickstart.toml
+
+die() {
+    echo "pack.sh: $*" >&2
+    exit 1
+}
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out)
+            [ $# -ge 2 ] || die "--out needs a folder"
+            OUT="$2"
+            shift 2
+            ;;
+        --no-build)
+            BUILD=0
+            shift
+            ;;
+        --no-tree-check)
+            TREE_CHECK=0
+            shift
+            ;;
+        --features)
+            [ $# -ge 2 ] || die "--features needs a list"
+            FEATURES="$2"
+            shift 2
+            ;;
+        --python)
+            [ $# -ge 2 ] || die "--python needs an interpreter"
+            PY="$2"
+            shift 2
+            ;;
+        -h | --help)
+            sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            exit 0
+            ;;
+        *) die "unknown option $1 (see --help)" ;;
+    esac
+done
+
+cd "$ROOT"
+case "$OUT" in
+    /*) ;;
+    *) OUT="$ROOT/$OUT" ;;
+esac
+BIN="$ROOT/target/release/infembed"
+
+# ---- checks before anything is built or deleted
+[ -f "$MODEL_REL/model.safetensors" ] || die "$MODEL_REL/model.safetensors is missing (cargo xtask fetch-model)"
+[ -f "$CONFIG_REL" ] || die "$CONFIG_REL is missing"
+"$PY" -c 'import numpy' 2>/dev/null ||
+    die "$PY has no numpy: give --python (or PYTHON=) a Python with numpy and safetensors"
+"$PY" -c 'import safetensors' 2>/dev/null ||
+    echo "pack.sh: note: $PY has no safetensors package; the built-in writer is used" >&2
+if command -v xz >/dev/null 2>&1; then
+    COMPRESS=xz
+elif command -v gzip >/dev/null 2>&1; then
+    COMPRESS=gzip
+else
+    die "neither xz nor gzip is installed"
+fi
+if command -v strip >/dev/null 2>&1; then
+    STRIP="strip"
+elif command -v objcopy >/dev/null 2>&1; then
+    STRIP="objcopy"
+else
+    die "neither strip nor objcopy is installed (binutils)"
+fi
+
+# ---- the binary
+if [ "$BUILD" = 1 ] || [ ! -x "$BIN" ]; then
+    echo "pack.sh: cargo build --release -p infembed --no-default-features --features $FEATURES" >&2
+    cargo build --release -p infembed --no-default-features --features "$FEATURES"
+fi
+[ -x "$BIN" ] || die "$BIN was not built"
+"$BIN" --help | grep -q '^  devices' ||
+    die "$BIN has no 'devices' command: it predates the device support (rebuild without --no-build)"
+
+# ---- the bundle folder: emptied, but only if it is one of ours (or empty)
+if [ -e "$OUT" ]; then
+    if [ -f "$OUT/bundle.json" ] || [ -z "$(ls -A "$OUT")" ]; then
+        rm -rf "$OUT"
+    else
+        die "$OUT exists and is not a GPU bundle (no bundle.json): refusing to empty it"
+    fi
+fi
+mkdir -p "$OUT"
+
+echo "pack.sh: stripping ($STRIP) and compressing ($COMPRESS) the binary" >&2
+TMPBIN="$OUT/.infembed.stripped"
+if [ "$STRIP" = strip ]; then
+    strip -o "$TMPBIN" "$BIN"
+else
+    objcopy --strip-all "$BIN" "$TMPBIN"
+fi
+if [ "$COMPRESS" = xz ]; then
+    xz -9 -T1 -c "$TMPBIN" >"$OUT/infembed.xz"
+else
+    gzip -9 -c "$TMPBIN" >"$OUT/infembed.gz"
+fi
+STRIPPED_BYTES=$(stat -c %s "$TMPBIN")
+rm -f "$TMPBIN"
+
+# ---- the model: every file as it is, but the weights in float16
+echo "pack.sh: model $MODEL_REL (weights to float16)" >&2
+mkdir -p "$OUT/$MODEL_REL"
+(cd "$MODEL_REL" && find . -type f ! -name model.safetensors ! -name .gitattributes -print0 |
+    while IFS= read -r -d '' f; do
+        mkdir -p "$OUT/$MODEL_REL/$(dirname "$f")"
+        cp -p "$f" "$OUT/$MODEL_REL/$f"
+    done)
+NARROW_JSON=$("$PY" scripts/gpu/gpu_check.py narrow "$MODEL_REL/model.safetensors" \
+    "$OUT/$MODEL_REL/model.safetensors")
+echo "pack.sh: $NARROW_JSON" >&2
+
+# ---- the quickstart: its config, the files it names, msmarco-subset
+copy_rel() { # copy repository-relative files or folders into the bundle
+    local p
+    for p in "$@"; do
+        [ -e "$p" ] || die "$p is missing"
+        mkdir -p "$OUT/$(dirname "$p")"
+        cp -pR "$p" "$OUT/$(dirname "$p")/"
+    done
+}
+# The data files the config names (top-level string values under [data]).
+mapfile -t DATA_FILES < <(sed -n '/^\[data\]/,/^\[/p' "$CONFIG_REL" |
+    sed -n 's/^[[:space:]]*[a-z_]*[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p')
+[ "${#DATA_FILES[@]}" -gt 0 ] || die "found no data file in [data] of $CONFIG_REL"
+copy_rel "$CONFIG_REL" "${DATA_FILES[@]}"
+for extra in data/PROVENANCE.md data/inf-ir-sample/README.md data/msmarco-subset; do
+    # msmarco-subset: `infembed quickstart` scores it before and after (quickstart.rs)
+    if [ -e "$extra" ]; then copy_rel "$extra"; fi
+done
+
+# ---- the scripts
+copy_rel scripts/gpu/run_on_gpu.sh scripts/gpu/README.md
+for f in scripts/gpu/*.py; do copy_rel "$f"; done
+find "$OUT/scripts" -name __pycache__ -prune -exec rm -rf {} +
+
+# ---- manifest
+COMMIT=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
+# (GIT_OPTIONAL_LOCKS=0: read only, no index refresh)
+DIRTY=$(GIT_OPTIONAL_LOCKS=0 git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | wc -l || echo 0)
+VERSION=$("$BIN" --version 2>/dev/null || echo unknown)
+"$PY" scripts/gpu/gpu_check.py bundle-manifest "$OUT" \
+    --set "commit=$COMMIT" --set "modified_tracked_files=$DIRTY" \
+    --set "infembed_version=$VERSION" --set "features=$FEATURES" \
+    --set "binary_stripped_bytes=$STRIPPED_BYTES" --set "compression=$COMPRESS" \
+    --set "weights=$NARROW_JSON"
+
+# ---- size
+TOTAL=$(find "$OUT" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+echo "pack.sh: largest files:" >&2
+(cd "$OUT" && find . -type f -printf '%s\t%P\n' | sort -rn | head -8 |
+    awk -F'\t' '{printf "  %10.2f MiB  %s\n", $1 / 1048576, $2}') >&2
+printf 'pack.sh: bundle %s: %d bytes (%.2f MiB) in %d files; limit %d bytes (64 MiB)\n' \
+    "$OUT" "$TOTAL" "$(awk -v t="$TOTAL" 'BEGIN {print t / 1048576}')" \
+    "$(find "$OUT" -type f | wc -l)" "$LIMIT"
+if [ "$TOTAL" -gt "$LIMIT" ]; then
+    echo "pack.sh: FAILED: the bundle exceeds 64 MiB" >&2
+    exit 1
+fi
+# The device tool sends the working tree (tracked and untracked-not-ignored files) with the
+# carried paths, 64 MiB in all.
+if [ "$TREE_CHECK" = 1 ] && git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+    TREE=$(cd "$ROOT" && GIT_OPTIONAL_LOCKS=0 git ls-files -z --cached --others --exclude-standard |
+        xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
+    printf 'pack.sh: working tree %d bytes (%.2f MiB); bundle + tree %.2f MiB\n' "$TREE" \
+        "$(awk -v t="$TREE" 'BEGIN {print t / 1048576}')" \
+        "$(awk -v t="$((TREE + TOTAL))" 'BEGIN {print t / 1048576}')"
+    if [ "$((TREE + TOTAL))" -gt "$LIMIT" ]; then
+        echo "pack.sh: FAILED: bundle + working tree exceed the device tool's 64 MiB (--no-tree-check to ignore)" >&2
+        exit 1
+    fi
+fi

@@ -1,0 +1,411 @@
+#!/usr/bin/env bash
+# The GPU check, run from a bundle made by scripts/gpu/pack.sh (scripts/gpu/README.md).
+# Needs bash, Python 3 (numpy, torch; safetensors optional) and the GPU's driver; no Rust, no
+# network.
+#
+#   bash scripts/gpu/run_on_gpu.sh [options]       (from the bundle root, or anywhere)
+#
+#   --device D              infembed's device: wgpu (default), vulkan, cpu (wgpu:N, ... too)
+#   --out FILE              the results JSON (default: gpu-results.json in the bundle root)
+#   --passages N            parity: passages embedded on the CPU and on D (default 200)
+#   --throughput-passages N throughput: passages per timed run (default 2000)
+#   --infembed-f16          also time `infembed embed --dtype f16` on the device (and record
+#                           its embeddings' difference from the CPU's)
+#   --embed-runs N          timed `infembed embed` runs; the first compiles shaders (default 2)
+#   --skip-train            no training stage
+#   --train-max-steps N     stop training after N optimizer steps (a short local test only)
+#   --torch-device D        auto (CUDA when torch sees it, else CPU; default), cuda or cpu
+#   --torch-backend B       auto (sentence-transformers when it imports; default), st or torch
+#                           (torch_encode.py's own BERT in plain torch)
+#   --torch-batch-size N    batch size of the torch baseline (default 32)
+#   --torch-runs N          timed passes of the torch baseline, median reported (default 3)
+#   --threshold X           parity threshold, max abs difference (default 1e-3)
+#   --python PY             the Python to use (default: $PYTHON, else python3)
+#   --keep-work             keep the temporary folder (logs, embeddings, trained model)
+#   --logs FILE.tar.gz      also save every stage's logs and records (no embeddings, no model)
+#
+# Stages: setup (unpack the binary, widen the f16 weights), environment, devices, parity,
+# torch_parity, throughput_infembed (and throughput_infembed_f16 with --infembed-f16),
+# torch_fp32, torch_fp16 (CUDA only), train. A failed stage is recorded in the JSON with its
+# stderr tail and the next one runs; the exit status is 1 if any stage failed.
+set -uo pipefail # no -e: each stage's failure is recorded, then the next stage runs
+
+ORIG_PWD="$PWD"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+DEVICE=wgpu
+OUT=""
+PASSAGES=200
+THR_PASSAGES=2000
+EMBED_RUNS=2
+INFEMBED_F16=0
+SKIP_TRAIN=0
+TRAIN_MAX_STEPS=""
+TORCH_DEVICE=auto
+TORCH_BACKEND=auto
+TORCH_BATCH=32
+TORCH_RUNS=3
+THRESHOLD=1e-3
+TORCH_THRESHOLD=1e-4
+PY="${PYTHON:-python3}"
+KEEP_WORK=0
+LOGS=""
+MODEL=models/all-MiniLM-L6-v2
+CONFIG=examples/configs/quickstart.toml
+SOURCE=data/inf-ir-sample/distractors.jsonl
+
+die() {
+    echo "run_on_gpu.sh: $*" >&2
+    exit 2
+}
+log() { echo "[gpu-check] $*" >&2; }
+need_value() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
+is_count() { [[ "$1" =~ ^[1-9][0-9]*$ ]] || die "$2 must be a positive integer, not '$1'"; }
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --device) need_value "$1" $# && DEVICE="$2" && shift 2 ;;
+        --out) need_value "$1" $# && OUT="$2" && shift 2 ;;
+        --passages) need_value "$1" $# && PASSAGES="$2" && shift 2 ;;
+        --throughput-passages) need_value "$1" $# && THR_PASSAGES="$2" && shift 2 ;;
+        --embed-runs) need_value "$1" $# && EMBED_RUNS="$2" && shift 2 ;;
+        --skip-train) SKIP_TRAIN=1 && shift ;;
+        --infembed-f16) INFEMBED_F16=1 && shift ;;
+        --train-max-steps) need_value "$1" $# && TRAIN_MAX_STEPS="$2" && shift 2 ;;
+        --torch-device) need_value "$1" $# && TORCH_DEVICE="$2" && shift 2 ;;
+        --torch-backend) need_value "$1" $# && TORCH_BACKEND="$2" && shift 2 ;;
+        --torch-batch-size) need_value "$1" $# && TORCH_BATCH="$2" && shift 2 ;;
+        --torch-runs) need_value "$1" $# && TORCH_RUNS="$2" && shift 2 ;;
+        --threshold) need_value "$1" $# && THRESHOLD="$2" && shift 2 ;;
+        --python) need_value "$1" $# && PY="$2" && shift 2 ;;
+        --keep-work) KEEP_WORK=1 && shift ;;
+        --logs) need_value "$1" $# && LOGS="$2" && shift 2 ;;
+        -h | --help)
+            sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            exit 0
+            ;;
+        *) die "unknown option $1 (see --help)" ;;
+    esac
+done
+case "$DEVICE" in
+    wgpu | wgpu:* | vulkan | vulkan:* | cpu | cuda | cuda:*) ;;
+    *) die "--device must be wgpu, vulkan or cpu (wgpu:N, vulkan:N), not '$DEVICE'" ;;
+esac
+case "$TORCH_DEVICE" in auto | cuda | cpu) ;; *) die "--torch-device: auto, cuda or cpu" ;; esac
+case "$TORCH_BACKEND" in auto | st | torch) ;; *) die "--torch-backend: auto, st or torch" ;; esac
+is_count "$PASSAGES" --passages
+is_count "$THR_PASSAGES" --throughput-passages
+is_count "$EMBED_RUNS" --embed-runs
+is_count "$TORCH_BATCH" --torch-batch-size
+is_count "$TORCH_RUNS" --torch-runs
+[ -z "$TRAIN_MAX_STEPS" ] || is_count "$TRAIN_MAX_STEPS" --train-max-steps
+if [ -n "$LOGS" ] && [[ "$LOGS" != /* ]]; then
+    LOGS="$ORIG_PWD/$LOGS"
+fi
+if [ -z "$OUT" ]; then
+    OUT="$ROOT/gpu-results.json"
+elif [[ "$OUT" != /* ]]; then
+    OUT="$ORIG_PWD/$OUT"
+fi
+
+cd "$ROOT" || die "cannot enter $ROOT"
+if [ ! -f infembed.xz ] && [ ! -f infembed.gz ] && [ ! -x infembed ]; then
+    die "$ROOT is not a GPU bundle (no infembed.xz): run the copy of this script inside the folder that scripts/gpu/pack.sh made"
+fi
+command -v "$PY" >/dev/null 2>&1 || die "no Python ($PY): the check needs Python 3"
+mkdir -p "$(dirname "$OUT")" || die "cannot create the folder of $OUT"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")" || die "mktemp failed"
+STAGES="$WORK/stages"
+mkdir -p "$STAGES"
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+    if [ "$KEEP_WORK" = 1 ]; then
+        log "work folder kept: $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+
+# wgpu's Vulkan loader and some drivers want a runtime folder.
+if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
+    mkdir -m 700 "$WORK/xdg"
+    export XDG_RUNTIME_DIR="$WORK/xdg"
+fi
+
+# No network there: sentence-transformers must not try the Hugging Face hub.
+export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"
+export PYTHONUNBUFFERED=1
+
+N=0
+next_stage() { # sets out_file: the record file of the next stage (numbered in run order)
+    N=$((N + 1))
+    out_file="$(printf '%s/%02d-%s.json' "$STAGES" "$N" "$1")"
+}
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.3f", b - a}'; }
+helper() { "$PY" scripts/gpu/gpu_check.py "$@"; }
+
+# run NAME CMD...: stdout to $WORK/NAME.out; stderr to $WORK/NAME.err and the terminal.
+# Sets RC and SECS.
+run() {
+    local name="$1"
+    shift
+    local t0
+    t0="$(now)"
+    log "\$ $*"
+    "$@" 2>&1 1>"$WORK/$name.out" | tee "$WORK/$name.err" >&2
+    RC=${PIPESTATUS[0]}
+    SECS="$(since "$t0")"
+}
+
+# ---------------------------------------------------------------------------------- setup
+log "bundle $ROOT, device $DEVICE, work folder $WORK"
+t_setup="$(now)"
+setup_rc=0
+: >"$WORK/setup.err"
+if [ -f infembed.xz ]; then
+    if command -v xz >/dev/null 2>&1; then
+        xz -dc infembed.xz >infembed.tmp 2>>"$WORK/setup.err" || setup_rc=$?
+    else # Python's lzma module reads .xz
+        "$PY" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+            infembed.xz infembed.tmp 2>>"$WORK/setup.err" || setup_rc=$?
+    fi
+elif [ -f infembed.gz ]; then
+    "$PY" -c 'import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        infembed.gz infembed.tmp 2>>"$WORK/setup.err" || setup_rc=$?
+else
+    cp infembed infembed.tmp 2>>"$WORK/setup.err" || setup_rc=$?
+fi
+if [ "$setup_rc" = 0 ]; then
+    chmod +x infembed.tmp && mv -f infembed.tmp infembed || setup_rc=$?
+fi
+helper widen "$MODEL" >"$WORK/widen.json" 2>>"$WORK/setup.err" || setup_rc=$?
+next_stage setup
+helper stage --name setup --rc "$setup_rc" --seconds "$(since "$t_setup")" \
+    --stderr "$WORK/setup.err" --json "weights=$WORK/widen.json" \
+    --set "binary_bytes=$(stat -c %s infembed 2>/dev/null || echo null)" \
+    --out "$out_file"
+INFEMBED="$ROOT/infembed"
+
+# ---------------------------------------------------------------------------- environment
+# Facts only: nothing here fails the run.
+{ command -v nvidia-smi >/dev/null 2>&1 &&
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } \
+    >"$WORK/nvidia-smi.txt" 2>/dev/null || rm -f "$WORK/nvidia-smi.txt"
+{ command -v vulkaninfo >/dev/null 2>&1 && vulkaninfo --summary 2>/dev/null | head -60; } \
+    >"$WORK/vulkaninfo.txt" || rm -f "$WORK/vulkaninfo.txt"
+# wgpu loads the Vulkan loader (libvulkan.so.1) at run time; the driver brings the ICD.
+libvulkan="$( (ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null) | grep -m2 'libvulkan\.so' | tr -s ' \t' ' ' | paste -sd ';' -)"
+"$PY" - >"$WORK/python.json" 2>/dev/null <<'EOF'
+import json, platform
+info = {"python": platform.python_version()}
+for mod in ("numpy", "safetensors", "torch", "sentence_transformers", "transformers"):
+    try:
+        m = __import__(mod)
+        info[mod] = getattr(m, "__version__", "?")
+    except Exception as e:
+        info[mod] = None
+try:
+    import torch
+    info["cuda_available"] = torch.cuda.is_available()
+    info["torch_cuda"] = torch.version.cuda
+    if info["cuda_available"]:
+        info["cuda_device"] = torch.cuda.get_device_name(0)
+except Exception:
+    info["cuda_available"] = False
+print(json.dumps(info))
+EOF
+env_vars="{}"
+env_vars="$("$PY" -c 'import json, os; print(json.dumps({k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "CUBECL_WGPU_DEFAULT_DEVICE", "WGPU_BACKEND", "WGPU_ADAPTER_NAME", "VK_ICD_FILENAMES", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")}))')" || true
+next_stage environment
+helper stage --name environment --rc 0 --text "nvidia_smi=$WORK/nvidia-smi.txt" \
+    --text "vulkaninfo_summary=$WORK/vulkaninfo.txt" --json "python=$WORK/python.json" \
+    --set "env=$env_vars" --set "libvulkan=${libvulkan:-null}" --set "kernel=$(uname -sr)" --set "cpus=$(nproc 2>/dev/null || echo null)" \
+    --out "$out_file"
+CUDA_OK=0
+"$PY" -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("cuda_available") else 1)' \
+    "$WORK/python.json" 2>/dev/null && CUDA_OK=1
+
+# -------------------------------------------------------------------------------- devices
+run devices "$INFEMBED" devices
+next_stage devices
+helper stage --name devices --rc "$RC" --seconds "$SECS" --stderr "$WORK/devices.err" \
+    --stdout "$WORK/devices.out" --text "output=$WORK/devices.out" --out "$out_file"
+
+# --------------------------------------------------------------------------------- parity
+# The same passages on the CPU and on $DEVICE; max abs difference of the embeddings.
+next_stage parity
+helper passages --source "$SOURCE" --n "$PASSAGES" --out "$WORK/parity.jsonl" \
+    >"$WORK/parity-input.json" 2>"$WORK/parity.err"
+prc=$?
+cpu_rc=1
+dev_rc=1
+cmp_rc=1
+if [ "$prc" = 0 ]; then
+    run parity-cpu "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
+        --output "$WORK/parity-cpu.npy" --device cpu
+    cpu_rc=$RC
+    helper embed-log "$WORK/parity-cpu.err" --wall "$SECS" >"$WORK/parity-cpu.json"
+    run parity-dev "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
+        --output "$WORK/parity-dev.npy" --device "$DEVICE"
+    dev_rc=$RC
+    helper embed-log "$WORK/parity-dev.err" --wall "$SECS" >"$WORK/parity-dev.json"
+    cat "$WORK/parity-cpu.err" "$WORK/parity-dev.err" >>"$WORK/parity.err"
+    if [ "$cpu_rc" = 0 ] && [ "$dev_rc" = 0 ]; then
+        helper compare "$WORK/parity-cpu.npy" "$WORK/parity-dev.npy" --threshold "$THRESHOLD" \
+            >"$WORK/parity-compare.json" 2>>"$WORK/parity.err"
+        cmp_rc=$?
+    fi
+fi
+parity_rc=0
+for r in "$prc" "$cpu_rc" "$dev_rc" "$cmp_rc"; do [ "$r" = 0 ] || parity_rc=$r; done
+helper stage --name parity --rc "$parity_rc" --stderr "$WORK/parity.err" \
+    --set "passages=$PASSAGES" --set "device=\"$DEVICE\"" --set "threshold=$THRESHOLD" \
+    --json "$WORK/parity-compare.json" --json "input=$WORK/parity-input.json" \
+    --json "cpu_run=$WORK/parity-cpu.json" --json "device_run=$WORK/parity-dev.json" \
+    --out "$out_file"
+
+# --------------------------------------------------------------------------- torch_parity
+# The torch baseline's embeddings of the parity passages against infembed's CPU ones: the
+# baseline computes the same function (same widened weights).
+next_stage torch_parity
+run torch-parity "$PY" scripts/gpu/torch_encode.py --model "$MODEL" \
+    --input "$WORK/parity.jsonl" --device "$TORCH_DEVICE" --backend "$TORCH_BACKEND" --runs 1 \
+    --batch-size "$TORCH_BATCH" --dump "$WORK/parity-torch.npy"
+tp_rc=$RC
+if [ "$tp_rc" = 0 ]; then
+    helper compare "$WORK/parity-cpu.npy" "$WORK/parity-torch.npy" \
+        --threshold "$TORCH_THRESHOLD" >"$WORK/torch-parity-compare.json" 2>>"$WORK/torch-parity.err"
+    tp_rc=$?
+fi
+helper stage --name torch_parity --rc "$tp_rc" --seconds "$SECS" \
+    --stderr "$WORK/torch-parity.err" --stdout "$WORK/torch-parity.out" \
+    --json "run=$WORK/torch-parity.out" --json "$WORK/torch-parity-compare.json" \
+    --out "$out_file"
+# backend and device at the top level of the record, for the report
+"$PY" - "$out_file" <<'EOF' 2>/dev/null
+import json, sys
+p = sys.argv[1]
+rec = json.load(open(p))
+run = rec.get("run") or {}
+rec["backend"], rec["device"] = run.get("backend"), run.get("device")
+json.dump(rec, open(p, "w"), indent=2)
+EOF
+
+# ---------------------------------------------------------------------- throughput (infembed)
+helper passages --source "$SOURCE" --n "$THR_PASSAGES" --out "$WORK/throughput.jsonl" \
+    >"$WORK/throughput-input.json" 2>"$WORK/throughput-input.err"
+input_rc=$?
+
+# infembed_throughput STAGE DTYPE: EMBED_RUNS timed `infembed embed` runs of the throughput set.
+infembed_throughput() {
+    local stage="$1" dtype="$2" rc="$input_rc" i extra=()
+    next_stage "$stage"
+    cp "$WORK/throughput-input.err" "$WORK/$stage.err"
+    local runs_args=()
+    if [ "$rc" = 0 ]; then
+        for i in $(seq 1 "$EMBED_RUNS"); do
+            run "$stage-$i" "$INFEMBED" embed --model "$MODEL" --input "$WORK/throughput.jsonl" \
+                --output "$WORK/$stage-$i.npy" --device "$DEVICE" --dtype "$dtype"
+            [ "$RC" = 0 ] || rc=$RC
+            helper embed-log "$WORK/$stage-$i.err" --wall "$SECS" >"$WORK/$stage-$i.json"
+            runs_args+=(--append "runs=$WORK/$stage-$i.json")
+            cat "$WORK/$stage-$i.err" >>"$WORK/$stage.err"
+            rm -f "$WORK/$stage-$i.npy" "$WORK/$stage-$i.ids.txt"
+        done
+    fi
+    if [ "$dtype" != f32 ]; then
+        # how far the low-precision embeddings are from the CPU's (recorded, not judged)
+        run "$stage-parity" "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
+            --output "$WORK/$stage-parity.npy" --device "$DEVICE" --dtype "$dtype"
+        [ "$RC" = 0 ] || rc=$RC
+        cat "$WORK/$stage-parity.err" >>"$WORK/$stage.err"
+        if [ "$RC" = 0 ]; then
+            helper compare "$WORK/parity-cpu.npy" "$WORK/$stage-parity.npy" --threshold 1 \
+                >"$WORK/$stage-compare.json" 2>>"$WORK/$stage.err" || rc=1
+            extra=(--json "vs_cpu=$WORK/$stage-compare.json")
+        fi
+    fi
+    helper stage --name "$stage" --rc "$rc" --stderr "$WORK/$stage.err" \
+        --set "passages=$THR_PASSAGES" --set "device=\"$DEVICE\"" --set "dtype=\"$dtype\"" \
+        --json "input=$WORK/throughput-input.json" ${runs_args[@]+"${runs_args[@]}"} \
+        ${extra[@]+"${extra[@]}"} --out "$out_file"
+}
+infembed_throughput throughput_infembed f32
+if [ "$INFEMBED_F16" = 1 ]; then
+    infembed_throughput throughput_infembed_f16 f16
+fi
+
+# ------------------------------------------------------------------------- torch baselines
+for dtype in fp32 fp16; do
+    next_stage "torch_$dtype"
+    if [ "$dtype" = fp16 ] && { [ "$CUDA_OK" = 0 ] || [ "$TORCH_DEVICE" = cpu ]; }; then
+        helper stage --name "torch_$dtype" --skipped="fp16 runs on CUDA only (torch sees no CUDA device or --torch-device cpu)" \
+            --out "$out_file"
+        continue
+    fi
+    run "torch-$dtype" "$PY" scripts/gpu/torch_encode.py --model "$MODEL" \
+        --input "$WORK/throughput.jsonl" --device "$TORCH_DEVICE" --backend "$TORCH_BACKEND" --dtype "$dtype" \
+        --batch-size "$TORCH_BATCH" --runs "$TORCH_RUNS"
+    helper stage --name "torch_$dtype" --rc "$RC" --seconds "$SECS" \
+        --stderr "$WORK/torch-$dtype.err" --stdout "$WORK/torch-$dtype.out" \
+        --json "$WORK/torch-$dtype.out" --set "process_seconds=$SECS" --out "$out_file"
+done
+
+# --------------------------------------------------------------------------------- train
+next_stage train
+if [ "$SKIP_TRAIN" = 1 ]; then
+    helper stage --name train --skipped="not run: --skip-train" --out "$out_file"
+else
+    patch_args=()
+    [ -z "$TRAIN_MAX_STEPS" ] || patch_args=(--max-steps "$TRAIN_MAX_STEPS")
+    helper patch-config "$CONFIG" --out "$WORK/train.toml" --output-dir "$WORK/train-out" \
+        ${patch_args[@]+"${patch_args[@]}"} >"$WORK/train-config.json" 2>"$WORK/train-patch.err"
+    train_rc=$?
+    if [ "$train_rc" = 0 ]; then
+        run train "$INFEMBED" train --config "$WORK/train.toml" --device "$DEVICE" \
+            --progress plain
+        train_rc=$RC
+    else
+        SECS=0
+        cp "$WORK/train-patch.err" "$WORK/train.err"
+    fi
+    helper train-log "$WORK/train.err" >"$WORK/train-log.json" 2>/dev/null
+    if [ "$train_rc" = 0 ]; then
+        helper history "$WORK/train-out/history.json" >"$WORK/train-history.json" \
+            2>>"$WORK/train.err" || train_rc=$?
+    fi
+    helper stage --name train --rc "$train_rc" --seconds "$SECS" --stderr "$WORK/train.err" \
+        --stdout "$WORK/train.out" --tail 40 --set "device=\"$DEVICE\"" \
+        --set "max_steps=${TRAIN_MAX_STEPS:-null}" --text "config=$WORK/train.toml" \
+        --json "$WORK/train-log.json" --json "$WORK/train-history.json" --out "$out_file"
+fi
+
+# -------------------------------------------------------------------------------- report
+options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s}' \
+    "$DEVICE" "$PASSAGES" "$THR_PASSAGES" "$EMBED_RUNS" "$([ "$INFEMBED_F16" = 1 ] && echo true || echo false)" "$([ "$SKIP_TRAIN" = 1 ] && echo true || echo false)" \
+    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD")"
+helper report --stages "$STAGES" --out "$OUT" --device "$DEVICE" --options "$options"
+status=$?
+if [ -n "$LOGS" ]; then
+    if (cd "$WORK" && find . -maxdepth 2 -type f \( -name '*.err' -o -name '*.out' \
+        -o -name '*.json' -o -name '*.toml' -o -name '*.txt' \) ! -name '*.ids.txt' -print0 |
+        tar czf "$LOGS" --null -T -); then
+        log "logs: $LOGS"
+    else
+        log "could not write $LOGS"
+    fi
+fi
+"$PY" - "$OUT" <<'EOF' || status=1
+import json, sys
+r = json.load(open(sys.argv[1]))
+r.pop("stages", None)
+print(json.dumps(r, indent=1))
+EOF
+if [ "$status" = 0 ]; then
+    log "all stages passed; results in $OUT"
+else
+    log "FAILED stages: see failed_stages in $OUT"
+fi
+exit "$status"
