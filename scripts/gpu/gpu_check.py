@@ -50,10 +50,6 @@ F16_MARKER = "WEIGHTS_ARE_F16.txt"
 # safetensors, with or without the package
 # --------------------------------------------------------------------------------------------
 
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2,
-                "I8": 1, "U8": 1, "BOOL": 1}
-
-
 def read_header(path):
     """(header dict, data offset) of a safetensors file."""
     with open(path, "rb") as f:
@@ -467,6 +463,8 @@ def cmd_stage(args):
     if args.skipped:
         rec["ok"] = None
         rec["reason"] = args.skipped
+    if args.informational:
+        rec["informational"] = True  # its failure is reported, not counted
     if args.seconds is not None:
         rec["seconds"] = args.seconds
     for path in args.json or []:
@@ -517,6 +515,8 @@ def cmd_stage(args):
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(rec, f, indent=2)
     status = "skipped" if args.skipped else ("ok" if rec["ok"] else f"FAILED (rc {args.rc})")
+    if args.informational and rec["ok"] is False:
+        status += ", informational: not counted"
     print(f"[gpu-check] stage {args.name}: {status}", file=sys.stderr)
     return 0
 
@@ -538,7 +538,10 @@ def cmd_report(args):
         rec = stages.get(stage)
         return None if rec is None else rec.get(key)
 
-    failed = [n for n, r in stages.items() if r.get("ok") is False]
+    failed = [n for n, r in stages.items()
+              if r.get("ok") is False and not r.get("informational")]
+    informational = [n for n, r in stages.items()
+                     if r.get("ok") is False and r.get("informational")]
     skipped = {n: r.get("reason") for n, r in stages.items() if r.get("skipped")}
     dev = args.device
     thr = stages.get("throughput_infembed") or {}
@@ -590,6 +593,7 @@ def cmd_report(args):
             "dev_after": get("train", "dev_after"),
         },
         "failed_stages": failed,
+        "informational_failures": informational,
         "skipped_stages": skipped,
         "ok": not failed,
         "options": _value(args.options) if args.options else None,
@@ -665,6 +669,7 @@ def main(argv=None):
     p.add_argument("--stdout")
     p.add_argument("--tail", type=int, default=30)
     p.add_argument("--skipped")
+    p.add_argument("--informational", action="store_true")
     p.add_argument("--json", action="append", help="FILE or KEY=FILE: merge a JSON result")
     p.add_argument("--append", action="append", help="KEY=FILE: append a JSON object to a list")
     p.add_argument("--set", action="append", help="KEY=VALUE (JSON if it parses)")

@@ -4,8 +4,9 @@
 #
 #   scripts/gpu/pack.sh [--out DIR] [--no-build] [--features LIST] [--no-tree-check] [--python PY]
 #
-#   --out DIR        the bundle folder (default target/gpu-pack; emptied first). Keep it under
-#                    target/ (git-ignored) so that the device tool can carry it.
+#   --out DIR        the bundle folder (default target/gpu-pack; relative to the repository
+#                    root; emptied first). Keep it under target/ (git-ignored) so that the
+#                    device tool can carry it.
 #   --no-build       use target/release/infembed as it is (built when it is missing)
 #   --features LIST  cargo features of the build (default: wgpu)
 #   --no-tree-check  only the bundle counts against 64 MiB (by default the repository's working
@@ -60,7 +61,7 @@ while [ $# -gt 0 ]; do
             shift 2
             ;;
         -h | --help)
-            sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"
             exit 0
             ;;
         *) die "unknown option $1 (see --help)" ;;

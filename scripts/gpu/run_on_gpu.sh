@@ -9,9 +9,12 @@
 #   --out FILE              the results JSON (default: gpu-results.json in the bundle root)
 #   --passages N            parity: passages embedded on the CPU and on D (default 200)
 #   --throughput-passages N throughput: passages per timed run (default 2000)
-#   --infembed-f16          also time `infembed embed --dtype f16` on the device (and record
-#                           its embeddings' difference from the CPU's)
+#   --infembed-f16          also time `infembed embed --dtype f16` on the device and record
+#                           its embeddings' difference from the CPU's (informational: its
+#                           failure does not fail the run)
 #   --embed-runs N          timed `infembed embed` runs; the first compiles shaders (default 2)
+#   --only LIST             run only these of parity,torch,throughput,train (comma-separated;
+#                           default all; setup, environment and devices always run)
 #   --skip-train            no training stage
 #   --train-max-steps N     stop training after N optimizer steps (a short local test only)
 #   --torch-device D        auto (CUDA when torch sees it, else CPU; default), cuda or cpu
@@ -38,6 +41,7 @@ PASSAGES=200
 THR_PASSAGES=2000
 EMBED_RUNS=2
 INFEMBED_F16=0
+ONLY="parity,torch,throughput,train"
 SKIP_TRAIN=0
 TRAIN_MAX_STEPS=""
 TORCH_DEVICE=auto
@@ -69,6 +73,7 @@ while [ $# -gt 0 ]; do
         --throughput-passages) need_value "$1" $# && THR_PASSAGES="$2" && shift 2 ;;
         --embed-runs) need_value "$1" $# && EMBED_RUNS="$2" && shift 2 ;;
         --skip-train) SKIP_TRAIN=1 && shift ;;
+        --only) need_value "$1" $# && ONLY="$2" && shift 2 ;;
         --infembed-f16) INFEMBED_F16=1 && shift ;;
         --train-max-steps) need_value "$1" $# && TRAIN_MAX_STEPS="$2" && shift 2 ;;
         --torch-device) need_value "$1" $# && TORCH_DEVICE="$2" && shift 2 ;;
@@ -80,7 +85,7 @@ while [ $# -gt 0 ]; do
         --keep-work) KEEP_WORK=1 && shift ;;
         --logs) need_value "$1" $# && LOGS="$2" && shift 2 ;;
         -h | --help)
-            sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "${BASH_SOURCE[0]}"
             exit 0
             ;;
         *) die "unknown option $1 (see --help)" ;;
@@ -91,6 +96,11 @@ case "$DEVICE" in
     *) die "--device must be wgpu, vulkan or cpu (wgpu:N, vulkan:N), not '$DEVICE'" ;;
 esac
 case "$TORCH_DEVICE" in auto | cuda | cpu) ;; *) die "--torch-device: auto, cuda or cpu" ;; esac
+IFS=, read -r -a only_list <<<"$ONLY"
+for g in "${only_list[@]}"; do
+    case "$g" in parity | torch | throughput | train) ;; *) die "--only: parity, torch, throughput, train; not '$g'" ;; esac
+done
+wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 case "$TORCH_BACKEND" in auto | st | torch) ;; *) die "--torch-backend: auto, st or torch" ;; esac
 is_count "$PASSAGES" --passages
 is_count "$THR_PASSAGES" --throughput-passages
@@ -141,6 +151,13 @@ N=0
 next_stage() { # sets out_file: the record file of the next stage (numbered in run order)
     N=$((N + 1))
     out_file="$(printf '%s/%02d-%s.json' "$STAGES" "$N" "$1")"
+}
+skip() { # skip NAME... REASON
+    local reason="${*: -1}" name
+    for name in "${@:1:$#-1}"; do
+        next_stage "$name"
+        helper stage --name "$name" --skipped="$reason" --out "$out_file"
+    done
 }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN {printf "%.3f", b - a}'; }
@@ -196,7 +213,7 @@ INFEMBED="$ROOT/infembed"
 { command -v vulkaninfo >/dev/null 2>&1 && vulkaninfo --summary 2>/dev/null | head -60; } \
     >"$WORK/vulkaninfo.txt" || rm -f "$WORK/vulkaninfo.txt"
 # wgpu loads the Vulkan loader (libvulkan.so.1) at run time; the driver brings the ICD.
-libvulkan="$( (ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null) | grep -m2 'libvulkan\.so' | tr -s ' \t' ' ' | paste -sd ';' -)"
+libvulkan="$( (ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null) | grep -m2 'libvulkan\.so' | tr -s ' \t' ' ' | sed 's/^ //' | paste -sd ';' -)"
 "$PY" - >"$WORK/python.json" 2>/dev/null <<'EOF'
 import json, platform
 info = {"python": platform.python_version()}
@@ -235,56 +252,59 @@ helper stage --name devices --rc "$RC" --seconds "$SECS" --stderr "$WORK/devices
 
 # --------------------------------------------------------------------------------- parity
 # The same passages on the CPU and on $DEVICE; max abs difference of the embeddings.
-next_stage parity
-helper passages --source "$SOURCE" --n "$PASSAGES" --out "$WORK/parity.jsonl" \
-    >"$WORK/parity-input.json" 2>"$WORK/parity.err"
-prc=$?
-cpu_rc=1
-dev_rc=1
-cmp_rc=1
-if [ "$prc" = 0 ]; then
-    run parity-cpu "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
-        --output "$WORK/parity-cpu.npy" --device cpu
-    cpu_rc=$RC
-    helper embed-log "$WORK/parity-cpu.err" --wall "$SECS" >"$WORK/parity-cpu.json"
-    run parity-dev "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
-        --output "$WORK/parity-dev.npy" --device "$DEVICE"
-    dev_rc=$RC
-    helper embed-log "$WORK/parity-dev.err" --wall "$SECS" >"$WORK/parity-dev.json"
-    cat "$WORK/parity-cpu.err" "$WORK/parity-dev.err" >>"$WORK/parity.err"
-    if [ "$cpu_rc" = 0 ] && [ "$dev_rc" = 0 ]; then
-        helper compare "$WORK/parity-cpu.npy" "$WORK/parity-dev.npy" --threshold "$THRESHOLD" \
-            >"$WORK/parity-compare.json" 2>>"$WORK/parity.err"
-        cmp_rc=$?
+stage_parity() {
+    next_stage parity
+    helper passages --source "$SOURCE" --n "$PASSAGES" --out "$WORK/parity.jsonl" \
+        >"$WORK/parity-input.json" 2>"$WORK/parity.err"
+    prc=$?
+    cpu_rc=1
+    dev_rc=1
+    cmp_rc=1
+    if [ "$prc" = 0 ]; then
+        run parity-cpu "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
+            --output "$WORK/parity-cpu.npy" --device cpu
+        cpu_rc=$RC
+        helper embed-log "$WORK/parity-cpu.err" --wall "$SECS" >"$WORK/parity-cpu.json"
+        run parity-dev "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
+            --output "$WORK/parity-dev.npy" --device "$DEVICE"
+        dev_rc=$RC
+        helper embed-log "$WORK/parity-dev.err" --wall "$SECS" >"$WORK/parity-dev.json"
+        cat "$WORK/parity-cpu.err" "$WORK/parity-dev.err" >>"$WORK/parity.err"
+        if [ "$cpu_rc" = 0 ] && [ "$dev_rc" = 0 ]; then
+            helper compare "$WORK/parity-cpu.npy" "$WORK/parity-dev.npy" --threshold "$THRESHOLD" \
+                >"$WORK/parity-compare.json" 2>>"$WORK/parity.err"
+            cmp_rc=$?
+        fi
     fi
-fi
-parity_rc=0
-for r in "$prc" "$cpu_rc" "$dev_rc" "$cmp_rc"; do [ "$r" = 0 ] || parity_rc=$r; done
-helper stage --name parity --rc "$parity_rc" --stderr "$WORK/parity.err" \
-    --set "passages=$PASSAGES" --set "device=\"$DEVICE\"" --set "threshold=$THRESHOLD" \
-    --json "$WORK/parity-compare.json" --json "input=$WORK/parity-input.json" \
-    --json "cpu_run=$WORK/parity-cpu.json" --json "device_run=$WORK/parity-dev.json" \
-    --out "$out_file"
+    parity_rc=0
+    for r in "$prc" "$cpu_rc" "$dev_rc" "$cmp_rc"; do [ "$r" = 0 ] || parity_rc=$r; done
+    helper stage --name parity --rc "$parity_rc" --stderr "$WORK/parity.err" \
+        --set "passages=$PASSAGES" --set "device=\"$DEVICE\"" --set "threshold=$THRESHOLD" \
+        --json "$WORK/parity-compare.json" --json "input=$WORK/parity-input.json" \
+        --json "cpu_run=$WORK/parity-cpu.json" --json "device_run=$WORK/parity-dev.json" \
+        --out "$out_file"
+}
 
 # --------------------------------------------------------------------------- torch_parity
 # The torch baseline's embeddings of the parity passages against infembed's CPU ones: the
 # baseline computes the same function (same widened weights).
-next_stage torch_parity
-run torch-parity "$PY" scripts/gpu/torch_encode.py --model "$MODEL" \
-    --input "$WORK/parity.jsonl" --device "$TORCH_DEVICE" --backend "$TORCH_BACKEND" --runs 1 \
-    --batch-size "$TORCH_BATCH" --dump "$WORK/parity-torch.npy"
-tp_rc=$RC
-if [ "$tp_rc" = 0 ]; then
-    helper compare "$WORK/parity-cpu.npy" "$WORK/parity-torch.npy" \
-        --threshold "$TORCH_THRESHOLD" >"$WORK/torch-parity-compare.json" 2>>"$WORK/torch-parity.err"
-    tp_rc=$?
-fi
-helper stage --name torch_parity --rc "$tp_rc" --seconds "$SECS" \
-    --stderr "$WORK/torch-parity.err" --stdout "$WORK/torch-parity.out" \
-    --json "run=$WORK/torch-parity.out" --json "$WORK/torch-parity-compare.json" \
-    --out "$out_file"
-# backend and device at the top level of the record, for the report
-"$PY" - "$out_file" <<'EOF' 2>/dev/null
+stage_torch_parity() {
+    next_stage torch_parity
+    run torch-parity "$PY" scripts/gpu/torch_encode.py --model "$MODEL" \
+        --input "$WORK/parity.jsonl" --device "$TORCH_DEVICE" --backend "$TORCH_BACKEND" --runs 1 \
+        --batch-size "$TORCH_BATCH" --dump "$WORK/parity-torch.npy"
+    tp_rc=$RC
+    if [ "$tp_rc" = 0 ]; then
+        helper compare "$WORK/parity-cpu.npy" "$WORK/parity-torch.npy" \
+            --threshold "$TORCH_THRESHOLD" >"$WORK/torch-parity-compare.json" 2>>"$WORK/torch-parity.err"
+        tp_rc=$?
+    fi
+    helper stage --name torch_parity --rc "$tp_rc" --seconds "$SECS" \
+        --stderr "$WORK/torch-parity.err" --stdout "$WORK/torch-parity.out" \
+        --json "run=$WORK/torch-parity.out" --json "$WORK/torch-parity-compare.json" \
+        --out "$out_file"
+    # backend and device at the top level of the record, for the report
+    "$PY" - "$out_file" <<'EOF' 2>/dev/null
 import json, sys
 p = sys.argv[1]
 rec = json.load(open(p))
@@ -292,6 +312,7 @@ run = rec.get("run") or {}
 rec["backend"], rec["device"] = run.get("backend"), run.get("device")
 json.dump(rec, open(p, "w"), indent=2)
 EOF
+}
 
 # ---------------------------------------------------------------------- throughput (infembed)
 helper passages --source "$SOURCE" --n "$THR_PASSAGES" --out "$WORK/throughput.jsonl" \
@@ -301,6 +322,7 @@ input_rc=$?
 # infembed_throughput STAGE DTYPE: EMBED_RUNS timed `infembed embed` runs of the throughput set.
 infembed_throughput() {
     local stage="$1" dtype="$2" rc="$input_rc" i extra=()
+    [ "$dtype" = f32 ] || extra=(--informational) # low precision: reported, not judged
     next_stage "$stage"
     cp "$WORK/throughput-input.err" "$WORK/$stage.err"
     local runs_args=()
@@ -315,16 +337,16 @@ infembed_throughput() {
             rm -f "$WORK/$stage-$i.npy" "$WORK/$stage-$i.ids.txt"
         done
     fi
-    if [ "$dtype" != f32 ]; then
+    if [ "$dtype" != f32 ] && [ -f "$WORK/parity.jsonl" ]; then
         # how far the low-precision embeddings are from the CPU's (recorded, not judged)
         run "$stage-parity" "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
             --output "$WORK/$stage-parity.npy" --device "$DEVICE" --dtype "$dtype"
         [ "$RC" = 0 ] || rc=$RC
         cat "$WORK/$stage-parity.err" >>"$WORK/$stage.err"
-        if [ "$RC" = 0 ]; then
+        if [ "$RC" = 0 ] && [ -f "$WORK/parity-cpu.npy" ]; then
             helper compare "$WORK/parity-cpu.npy" "$WORK/$stage-parity.npy" --threshold 1 \
                 >"$WORK/$stage-compare.json" 2>>"$WORK/$stage.err" || rc=1
-            extra=(--json "vs_cpu=$WORK/$stage-compare.json")
+            extra+=(--json "vs_cpu=$WORK/$stage-compare.json")
         fi
     fi
     helper stage --name "$stage" --rc "$rc" --stderr "$WORK/$stage.err" \
@@ -332,33 +354,38 @@ infembed_throughput() {
         --json "input=$WORK/throughput-input.json" ${runs_args[@]+"${runs_args[@]}"} \
         ${extra[@]+"${extra[@]}"} --out "$out_file"
 }
-infembed_throughput throughput_infembed f32
-if [ "$INFEMBED_F16" = 1 ]; then
-    infembed_throughput throughput_infembed_f16 f16
-fi
+stage_throughput() {
+    infembed_throughput throughput_infembed f32
+    if [ "$INFEMBED_F16" = 1 ] && [ "$DEVICE" = cpu ]; then
+        skip throughput_infembed_f16 "the CPU computes in f32 only"
+    elif [ "$INFEMBED_F16" = 1 ]; then
+        infembed_throughput throughput_infembed_f16 f16
+    fi
+}
 
 # ------------------------------------------------------------------------- torch baselines
-for dtype in fp32 fp16; do
-    next_stage "torch_$dtype"
-    if [ "$dtype" = fp16 ] && { [ "$CUDA_OK" = 0 ] || [ "$TORCH_DEVICE" = cpu ]; }; then
-        helper stage --name "torch_$dtype" --skipped="fp16 runs on CUDA only (torch sees no CUDA device or --torch-device cpu)" \
-            --out "$out_file"
-        continue
-    fi
-    run "torch-$dtype" "$PY" scripts/gpu/torch_encode.py --model "$MODEL" \
-        --input "$WORK/throughput.jsonl" --device "$TORCH_DEVICE" --backend "$TORCH_BACKEND" --dtype "$dtype" \
-        --batch-size "$TORCH_BATCH" --runs "$TORCH_RUNS"
-    helper stage --name "torch_$dtype" --rc "$RC" --seconds "$SECS" \
-        --stderr "$WORK/torch-$dtype.err" --stdout "$WORK/torch-$dtype.out" \
-        --json "$WORK/torch-$dtype.out" --set "process_seconds=$SECS" --out "$out_file"
-done
+stage_torch() {
+    local dtype
+    for dtype in fp32 fp16; do
+        next_stage "torch_$dtype"
+        if [ "$dtype" = fp16 ] && { [ "$CUDA_OK" = 0 ] || [ "$TORCH_DEVICE" = cpu ]; }; then
+            helper stage --name "torch_$dtype" --skipped="fp16 runs on CUDA only (torch sees no CUDA device or --torch-device cpu)" \
+                --out "$out_file"
+            continue
+        fi
+        run "torch-$dtype" "$PY" scripts/gpu/torch_encode.py --model "$MODEL" \
+            --input "$WORK/throughput.jsonl" --device "$TORCH_DEVICE" --backend "$TORCH_BACKEND" \
+            --dtype "$dtype" --batch-size "$TORCH_BATCH" --runs "$TORCH_RUNS"
+        helper stage --name "torch_$dtype" --rc "$RC" --seconds "$SECS" \
+            --stderr "$WORK/torch-$dtype.err" --stdout "$WORK/torch-$dtype.out" \
+            --json "$WORK/torch-$dtype.out" --set "process_seconds=$SECS" --out "$out_file"
+    done
+}
 
 # --------------------------------------------------------------------------------- train
-next_stage train
-if [ "$SKIP_TRAIN" = 1 ]; then
-    helper stage --name train --skipped="not run: --skip-train" --out "$out_file"
-else
-    patch_args=()
+stage_train() {
+    next_stage train
+    local patch_args=()
     [ -z "$TRAIN_MAX_STEPS" ] || patch_args=(--max-steps "$TRAIN_MAX_STEPS")
     helper patch-config "$CONFIG" --out "$WORK/train.toml" --output-dir "$WORK/train-out" \
         ${patch_args[@]+"${patch_args[@]}"} >"$WORK/train-config.json" 2>"$WORK/train-patch.err"
@@ -380,11 +407,28 @@ else
         --stdout "$WORK/train.out" --tail 40 --set "device=\"$DEVICE\"" \
         --set "max_steps=${TRAIN_MAX_STEPS:-null}" --text "config=$WORK/train.toml" \
         --json "$WORK/train-log.json" --json "$WORK/train-history.json" --out "$out_file"
+}
+
+# ---------------------------------------------------------------------------- the stages
+if wants parity; then stage_parity; else skip parity "not selected (--only)"; fi
+if wants parity && wants torch; then
+    stage_torch_parity
+else
+    skip torch_parity "needs the parity and torch stages (--only)"
+fi
+if wants throughput; then stage_throughput; else skip throughput_infembed "not selected (--only)"; fi
+if wants torch; then stage_torch; else skip torch_fp32 torch_fp16 "not selected (--only)"; fi
+if [ "$SKIP_TRAIN" = 1 ]; then
+    skip train "not run: --skip-train"
+elif wants train; then
+    stage_train
+else
+    skip train "not selected (--only)"
 fi
 
 # -------------------------------------------------------------------------------- report
-options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s}' \
-    "$DEVICE" "$PASSAGES" "$THR_PASSAGES" "$EMBED_RUNS" "$([ "$INFEMBED_F16" = 1 ] && echo true || echo false)" "$([ "$SKIP_TRAIN" = 1 ] && echo true || echo false)" \
+options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s}' \
+    "$DEVICE" "$PASSAGES" "$THR_PASSAGES" "$EMBED_RUNS" "$([ "$INFEMBED_F16" = 1 ] && echo true || echo false)" "$ONLY" "$([ "$SKIP_TRAIN" = 1 ] && echo true || echo false)" \
     "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD")"
 helper report --stages "$STAGES" --out "$OUT" --device "$DEVICE" --options "$options"
 status=$?

@@ -89,16 +89,23 @@ keep = 2
 #[test]
 fn a_run_killed_in_its_first_epoch_resumes_to_the_uninterrupted_weights() {
     // 12 steps per epoch: killed after the checkpoint of step 5.
-    killed_and_resumed_matches_uninterrupted(5);
+    killed_and_resumed_matches_uninterrupted(5, &[]);
 }
 
 #[test]
 fn a_run_killed_in_a_later_epoch_resumes_to_the_uninterrupted_weights() {
     // Killed after the checkpoint of step 15: 3 steps into the second epoch.
-    killed_and_resumed_matches_uninterrupted(15);
+    killed_and_resumed_matches_uninterrupted(15, &[]);
 }
 
-fn killed_and_resumed_matches_uninterrupted(kill_at_step: usize) {
+/// `--devices cpu,cpu` (two devices sharing each batch, docs/devices.md): killed with SIGKILL
+/// and resumed on the same devices, the run ends with the uninterrupted run's weights.
+#[test]
+fn a_two_device_run_killed_and_resumed_ends_with_the_uninterrupted_weights() {
+    killed_and_resumed_matches_uninterrupted(7, &["--devices", "cpu,cpu"]);
+}
+
+fn killed_and_resumed_matches_uninterrupted(kill_at_step: usize, devices: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     // 24 records, 2 per batch: 12 steps per epoch.
     let epochs = 4;
@@ -106,6 +113,7 @@ fn killed_and_resumed_matches_uninterrupted(kill_at_step: usize) {
     let out = Command::new(bin())
         .args(["train", "--config"])
         .arg(&whole)
+        .args(devices)
         .output()
         .unwrap();
     assert!(
@@ -119,6 +127,7 @@ fn killed_and_resumed_matches_uninterrupted(kill_at_step: usize) {
     let mut child = Command::new(bin())
         .args(["train", "--config"])
         .arg(&killed)
+        .args(devices)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -144,6 +153,7 @@ fn killed_and_resumed_matches_uninterrupted(kill_at_step: usize) {
     let out = Command::new(bin())
         .args(["train", "--resume", "--config"])
         .arg(&killed)
+        .args(devices)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -306,5 +316,35 @@ fn user_mistakes_are_one_line_errors() {
             ok.to_str().unwrap(),
         ],
         &["fancy", "auto, plain or dashboard"],
+    );
+    // Devices: a backend not compiled in names its cargo feature; two devices need
+    // Interaction I (the config's cross-attention would not do).
+    if !infembed::DeviceSpec::Cuda(None).is_compiled() {
+        fails_with(
+            &[
+                "train",
+                "--device",
+                "cuda",
+                "--config",
+                ok.to_str().unwrap(),
+            ],
+            &["cuda", "`cuda`"],
+        );
+    }
+    let cross = data.join("cross.toml");
+    let text = std::fs::read_to_string(&ok).unwrap().replace(
+        "[optimizer]",
+        "[encoder.interaction]\ntype = \"cross_attention\"\n\n[optimizer]",
+    );
+    std::fs::write(&cross, text).unwrap();
+    fails_with(
+        &[
+            "train",
+            "--devices",
+            "cpu,cpu",
+            "--config",
+            cross.to_str().unwrap(),
+        ],
+        &["devices", "self_attention"],
     );
 }

@@ -31,7 +31,7 @@ pub struct TrainDeviceArgs {
     pub device: Option<DeviceSpec>,
     /// Train on several devices sharing each batch, comma-separated (`cpu,cpu`,
     /// `wgpu:0,wgpu:1`); overrides the config.
-    #[arg(long, value_parser = parse_device_list)]
+    #[arg(long, value_parser = parse_device, value_delimiter = ',', num_args = 1..)]
     pub devices: Option<Vec<DeviceSpec>>,
 }
 
@@ -49,11 +49,6 @@ impl TrainDeviceArgs {
 fn parse_device(text: &str) -> std::result::Result<DeviceSpec, String> {
     text.parse()
         .map_err(|e: infembed::encoder::Error| e.to_string())
-}
-
-// clap calls a value parser returning a `Vec` once per occurrence, so the type is wrapped.
-fn parse_device_list(text: &str) -> std::result::Result<Vec<DeviceSpec>, String> {
-    infembed::parse_devices(text).map_err(|e| e.to_string())
 }
 
 fn parse_precision(text: &str) -> std::result::Result<Precision, String> {
