@@ -541,7 +541,7 @@ fn wgpu(test: &str) -> Option<Device> {
     }
 }
 
-/// A training step on wgpu gives the CPU's loss and gradients (1e-5), for four objectives.
+/// A training step on wgpu gives the CPU's loss and gradients (1e-5), for every objective.
 #[test]
 fn a_training_step_on_wgpu_matches_the_cpu() {
     let _guard = rng_lock();
@@ -557,18 +557,29 @@ fn a_training_step_on_wgpu_matches_the_cpu() {
     let (cpu, gpu) = (on(&Device::flex()), on(&gpu));
     let recs = records(4);
     let batch = TrainBatch::new(&recs, &[0, 1, 2, 3], &cpu.config().interaction, 5, 0).unwrap();
-    for (kind, terms) in [
-        (ObjectiveKind::Multivariate, vec![Variable::P, Variable::I]),
-        (
-            ObjectiveKind::Multivariate,
-            vec![Variable::P, Variable::I, Variable::Iq],
-        ),
-        (
-            ObjectiveKind::Univariate,
-            vec![Variable::P, Variable::I, Variable::Iq],
-        ),
-        (ObjectiveKind::Univariate, vec![Variable::P]),
-    ] {
+    // Every objective: the 7 univariate ones (each non-empty set of P, I, IQ) and the 4
+    // multivariate ones (each set of two or more).
+    let sets: Vec<Vec<Variable>> = (1u8..8)
+        .map(|bits| {
+            Variable::ALL
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| bits & (1 << i) != 0)
+                .map(|(_, v)| *v)
+                .collect()
+        })
+        .collect();
+    let objectives = sets
+        .iter()
+        .map(|t| (ObjectiveKind::Univariate, t.clone()))
+        .chain(
+            sets.iter()
+                .filter(|t| t.len() > 1)
+                .map(|t| (ObjectiveKind::Multivariate, t.clone())),
+        );
+    let mut checked = 0;
+    for (kind, terms) in objectives {
+        checked += 1;
         let l = loss(kind, &terms);
         let a = full_batch_step(&cpu, &batch, &l, true, 1.0).unwrap();
         let b = full_batch_step(&gpu, &batch, &l, true, 1.0).unwrap();
@@ -591,6 +602,7 @@ fn a_training_step_on_wgpu_matches_the_cpu() {
             "{kind:?} {terms:?}: relative gradient difference {diff}"
         );
     }
+    assert_eq!(checked, 11, "7 univariate and 4 multivariate objectives");
 }
 
 /// `devices = ["cpu", "wgpu"]`: the wgpu replica's gradients come back to the CPU and the
