@@ -9,7 +9,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use burn::tensor::{Device, FloatDType, Tensor};
+use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, Result};
@@ -67,9 +67,9 @@ impl DeviceSpec {
         self.device_with(Precision::F32)
     }
 
-    /// The burn device with `precision` as its default float type. The CPU computes in f32
-    /// only. The float type of a device is fixed by its first tensor, so this must come
-    /// before anything else touches the device.
+    /// The burn device computing in `precision`. Only f32 is accepted today: the CPU computes
+    /// in f32 only, and half precision is refused on every device until the loader casts the
+    /// weights (docs/devices.md, "Precision").
     pub fn device_with(&self, precision: Precision) -> Result<Device> {
         if !self.is_compiled() {
             let feature = self.feature().unwrap_or("?");
@@ -97,7 +97,7 @@ impl DeviceSpec {
         if self.is_cpu() {
             return Ok(device);
         }
-        self.probe(device, precision)
+        self.probe(device)
     }
 
     fn error(&self, problem: String) -> Error {
@@ -122,24 +122,10 @@ impl DeviceSpec {
         }
     }
 
-    /// Sets the float type (before any tensor fixes it), then opens the device and runs one
-    /// tiny kernel, turning the backend's panic on a missing adapter or driver into an error
-    /// that names the device.
-    fn probe(&self, mut device: Device, precision: Precision) -> Result<Device> {
+    /// Opens the device and runs one tiny kernel, turning the backend's panic on a missing
+    /// adapter or driver into an error that names the device.
+    fn probe(&self, device: Device) -> Result<Device> {
         guarded(|| {
-            if precision != Precision::F32 {
-                let dtype = precision.float_dtype();
-                if !device.supports_dtype(dtype) {
-                    return Err(format!("the device does not support {precision}"));
-                }
-                // A device already configured the same way (an earlier command in this
-                // process) is fine; another float type is an error.
-                if let Err(e) = device.configure(dtype)
-                    && device.settings().float_dtype != dtype
-                {
-                    return Err(format!("cannot set its float type to {precision}: {e:?}"));
-                }
-            }
             Tensor::<1>::zeros([1], &device)
                 .into_data()
                 .convert::<f32>()
@@ -265,23 +251,6 @@ impl<'de> Deserialize<'de> for DeviceSpec {
     }
 }
 
-/// Parses a comma-separated device list (`cpu,cpu`, `wgpu:0,wgpu:1`).
-pub fn parse_devices(list: &str) -> Result<Vec<DeviceSpec>> {
-    let specs = list
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::parse)
-        .collect::<Result<Vec<DeviceSpec>>>()?;
-    if specs.is_empty() {
-        return Err(Error::Device {
-            device: list.to_string(),
-            problem: "the list names no device".into(),
-        });
-    }
-    Ok(specs)
-}
-
 /// The float type a device computes in: `f32` (the default, and the only one on the CPU),
 /// `bf16` or `f16`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -293,16 +262,6 @@ pub enum Precision {
     Bf16,
     /// IEEE half precision.
     F16,
-}
-
-impl Precision {
-    fn float_dtype(self) -> FloatDType {
-        match self {
-            Self::F32 => FloatDType::F32,
-            Self::Bf16 => FloatDType::BF16,
-            Self::F16 => FloatDType::F16,
-        }
-    }
 }
 
 impl fmt::Display for Precision {
@@ -458,11 +417,6 @@ mod tests {
             let err = bad.parse::<DeviceSpec>().unwrap_err().to_string();
             assert!(err.contains("device"), "{bad}: {err}");
         }
-        assert_eq!(
-            parse_devices("cpu, cpu").unwrap(),
-            vec![DeviceSpec::Cpu, DeviceSpec::Cpu]
-        );
-        assert!(parse_devices(" , ").is_err());
     }
 
     #[test]

@@ -52,9 +52,7 @@ mod tokenize;
 mod weights;
 
 pub use config::SentenceTransformersConfig;
-pub use device::{
-    DeviceListing, DeviceSpec, Precision, list_devices, missing_backends, parse_devices,
-};
+pub use device::{DeviceListing, DeviceSpec, Precision, list_devices, missing_backends};
 pub use dual::{
     BatchEmbeddings, BatchRow, BatchTexts, DualEncoder, DualEncoderModel, EncoderConfig,
     Interaction, Towers,

@@ -187,6 +187,19 @@ pub fn minilm_dir(test: &str) -> Option<PathBuf> {
     .map(|_| dir)
 }
 
+/// Records that a test's wgpu device did not open (`problem` says why: the backend not compiled
+/// in, or no adapter): a skip outside CI, a failure under `CI=true`. Returns `None`, for
+/// `device().map_err(..).ok()`-style callers.
+pub fn wgpu_missing<T>(test: &str, problem: &dyn std::fmt::Display) -> Option<T> {
+    skip_or_fail(&Missing::new(
+        test,
+        format!("a wgpu device ({problem})"),
+        "cargo xtask test builds with --features infembed/wgpu; install a Vulkan driver \
+         (apt-get install -t bookworm-backports mesa-vulkan-drivers)",
+    ));
+    None
+}
+
 /// A model directory given by path (an example's argument), or skip-or-fail when it does not
 /// exist.
 pub fn require_model(test: &str, dir: &Path) -> Option<PathBuf> {

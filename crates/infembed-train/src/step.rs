@@ -129,7 +129,7 @@ pub fn grad_cache_step(
     weight: f64,
     chunk: usize,
 ) -> Result<StepGrads> {
-    cached_step(
+    multi_device_step(
         std::slice::from_ref(encoder),
         batch,
         loss,
@@ -137,25 +137,6 @@ pub fn grad_cache_step(
         weight,
         Some(chunk),
     )
-}
-
-/// One contrastive batch shared by several devices, with the embeddings gathered: `replicas`
-/// hold the same weights, one per device, the first on the main device. Each replica embeds
-/// a contiguous share of the batch's distinct texts (in chunks of at most `chunk` texts when
-/// given) without a graph; the embeddings move to the main device, where the loss sees the
-/// whole batch; each replica then re-embeds its share with a graph and backpropagates the
-/// gradient of its embeddings (GradCache across devices). The returned gradients live on the
-/// main device and equal one device's over the same batch up to float rounding (without
-/// dropout; with dropout, each share draws its own masks). Needs Interaction I.
-pub fn multi_device_step(
-    replicas: &[DualEncoder],
-    batch: &TrainBatch,
-    loss: &ContrastiveLoss,
-    mask_duplicates: bool,
-    weight: f64,
-    chunk: Option<usize>,
-) -> Result<StepGrads> {
-    cached_step(replicas, batch, loss, mask_duplicates, weight, chunk)
 }
 
 /// Which replica embeds which texts: `n` texts in contiguous shares over `devices`, each
@@ -177,7 +158,15 @@ fn plan_chunks(n: usize, devices: usize, chunk: Option<usize>) -> Vec<(usize, us
     out
 }
 
-fn cached_step(
+/// One contrastive batch shared by several devices, with the embeddings gathered: `replicas`
+/// hold the same weights, one per device, the first on the main device. Each replica embeds
+/// a contiguous share of the batch's distinct texts (in chunks of at most `chunk` texts when
+/// given) without a graph; the embeddings move to the main device, where the loss sees the
+/// whole batch; each replica then re-embeds its share with a graph and backpropagates the
+/// gradient of its embeddings (GradCache across devices). The returned gradients live on the
+/// main device and equal one device's over the same batch up to float rounding (without
+/// dropout; with dropout, each share draws its own masks). Needs Interaction I.
+pub fn multi_device_step(
     replicas: &[DualEncoder],
     batch: &TrainBatch,
     loss: &ContrastiveLoss,

@@ -25,7 +25,7 @@ use crate::config::TrainConfig;
 use crate::error::{Error, Result};
 use crate::optim::{adamw, clip_global_norm, learning_rate};
 use crate::progress::{self, ProgressMode, ProgressSink, RunInfo, StepInfo};
-use crate::step::{full_batch_step, grad_cache_step, multi_device_step};
+use crate::step::{full_batch_step, multi_device_step};
 
 /// Evaluates the model on development data during training.
 pub trait DevEvaluator {
@@ -616,29 +616,25 @@ impl Trainer {
                 }
             }
             rows += batch.rows.len();
+            // One device without GradCache: one pass with a graph. Otherwise GradCache, over
+            // the devices' replicas or the one encoder (`grad_cache_step` is that call).
             let out = match (&replicas, self.config.batch.grad_cache_chunk) {
-                (Some(replicas), chunk) => multi_device_step(
-                    replicas,
-                    &batch,
-                    &self.loss,
-                    self.config.batch.mask_duplicates,
-                    weight,
-                    chunk,
-                )?,
-                (None, Some(chunk)) => grad_cache_step(
-                    &self.encoder,
-                    &batch,
-                    &self.loss,
-                    self.config.batch.mask_duplicates,
-                    weight,
-                    chunk,
-                )?,
                 (None, None) => full_batch_step(
                     &self.encoder,
                     &batch,
                     &self.loss,
                     self.config.batch.mask_duplicates,
                     weight,
+                )?,
+                (replicas, chunk) => multi_device_step(
+                    replicas
+                        .as_deref()
+                        .unwrap_or(std::slice::from_ref(&self.encoder)),
+                    &batch,
+                    &self.loss,
+                    self.config.batch.mask_duplicates,
+                    weight,
+                    chunk,
                 )?,
             };
             if !out.loss.is_finite() {

@@ -12,7 +12,6 @@ use infembed_data::InfIrRecord;
 use infembed_encoder::DeviceSpec;
 use infembed_encoder::{DualEncoder, DualEncoderModel, EncoderConfig, Interaction, QueryTemplate};
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
-use infembed_testkit::{Missing, skip_or_fail};
 use infembed_train::{
     TrainBatch, TrainConfig, Trainer, clip_global_norm, full_batch_step, global_norm,
     grad_cache_step, multi_device_step,
@@ -529,15 +528,7 @@ fn several_devices_need_interaction_one_and_one_device_list() {
 fn wgpu(test: &str) -> Option<Device> {
     match DeviceSpec::Wgpu(None).device() {
         Ok(device) => Some(device),
-        Err(e) => {
-            skip_or_fail(&Missing::new(
-                test,
-                format!("a wgpu device ({e})"),
-                "cargo xtask test builds with --features infembed/wgpu; install a Vulkan driver \
-                 (apt-get install -t bookworm-backports mesa-vulkan-drivers)",
-            ));
-            None
-        }
+        Err(e) => infembed_testkit::wgpu_missing(test, &e),
     }
 }
 

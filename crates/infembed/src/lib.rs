@@ -42,9 +42,7 @@ pub use infembed_train as train;
 /// prefers a GPU backend when one is compiled in (docs/devices.md).
 pub use burn::tensor::Device;
 pub use error::{Error, Result};
-pub use infembed_encoder::{
-    DeviceListing, DeviceSpec, Precision, list_devices, missing_backends, parse_devices,
-};
+pub use infembed_encoder::{DeviceListing, DeviceSpec, Precision, list_devices, missing_backends};
 pub use infembed_eval::{
     Bm25Config, Bm25Retriever, Depth, EmbeddingIndex, EncoderRetriever, EvalConfig,
     FollowIrOutcome, FollowIrReport, IndexFormat, QUERY_BATCH, QueryRequest, RetrievalOutcome,

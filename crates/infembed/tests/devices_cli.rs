@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use infembed::{DeviceSpec, EmbeddingIndex};
-use infembed_testkit::{Missing, skip_or_fail};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_infembed"))
@@ -41,15 +40,7 @@ fn tiny_bert() -> PathBuf {
 fn wgpu_available(test: &str) -> bool {
     match DeviceSpec::Wgpu(None).device() {
         Ok(_) => true,
-        Err(e) => {
-            skip_or_fail(&Missing::new(
-                test,
-                format!("a wgpu device ({e})"),
-                "cargo xtask test builds with --features infembed/wgpu; install a Vulkan driver \
-                 (apt-get install -t bookworm-backports mesa-vulkan-drivers)",
-            ));
-            false
-        }
+        Err(e) => infembed_testkit::wgpu_missing::<()>(test, &e).is_some(),
     }
 }
 
@@ -72,7 +63,7 @@ fn a_device_not_compiled_in_or_malformed_is_a_one_line_error() {
     let dir = tempfile::tempdir().unwrap();
     let corpus = root().join("examples/data/corpus.jsonl");
     let out_file = dir.path().join("e.npy");
-    let embed = |device: &str| {
+    let embed = |option: &str, value: &str| {
         run(bin()
             .args(["embed", "--model"])
             .arg(tiny_bert())
@@ -80,11 +71,11 @@ fn a_device_not_compiled_in_or_malformed_is_a_one_line_error() {
             .arg(&corpus)
             .arg("--output")
             .arg(&out_file)
-            .args(["--device", device]))
+            .args([option, value]))
     };
     let cuda = DeviceSpec::Cuda(Some(0));
     if !cuda.is_compiled() {
-        let out = embed("cuda:0");
+        let out = embed("--device", "cuda:0");
         let stderr = String::from_utf8_lossy(&out.stderr);
         let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
         assert!(!out.status.success());
@@ -95,18 +86,11 @@ fn a_device_not_compiled_in_or_malformed_is_a_one_line_error() {
         );
         assert!(!out_file.exists(), "nothing is written");
     }
-    let out = embed("tpu");
+    let out = embed("--device", "tpu");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("unknown device"), "{stderr}");
-    let out = run(bin()
-        .args(["embed", "--model"])
-        .arg(tiny_bert())
-        .arg("--input")
-        .arg(&corpus)
-        .arg("--output")
-        .arg(&out_file)
-        .args(["--dtype", "bf16"]));
+    let out = embed("--dtype", "bf16");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("f32"));
 }

@@ -33,15 +33,7 @@ pub fn device() -> Device {
 pub fn wgpu_device(test: &str) -> Option<Device> {
     match infembed_encoder::DeviceSpec::Wgpu(None).device() {
         Ok(device) => Some(device),
-        Err(e) => {
-            infembed_testkit::skip_or_fail(&infembed_testkit::Missing::new(
-                test,
-                format!("a wgpu device ({e})"),
-                "cargo xtask test builds with --features infembed/wgpu; install a Vulkan driver \
-                 (apt-get install -t bookworm-backports mesa-vulkan-drivers)",
-            ));
-            None
-        }
+        Err(e) => infembed_testkit::wgpu_missing(test, &e),
     }
 }
 
