@@ -8,7 +8,8 @@ sentence-transformers, e.g.:
         safetensors sentence-transformers
     /work/venvs/hf/bin/python scripts/encoder/make_fixtures.py [ARCH ...]
 
-ARCH is any of: bert modernbert qwen2 llama (default: all). Each model goes to
+ARCH is any of: bert modernbert qwen2 llama qwen2-bf16-sharded llama-rope-llama3 bert-dense
+(default: all; bert-dense builds on tiny-bert). Each model goes to
 crates/infembed-encoder/tests/fixtures/tiny-<arch>/ with config.json, tokenizer.json,
 model.safetensors, sentence-transformers files and expected.json holding, for fixed inputs
 (unequal lengths, padding, one text over the maximum length), the token ids, the last-layer
@@ -226,8 +227,90 @@ def make_decoder(arch):
     record(out, model, tok, "last", arch)
 
 
+def make_qwen2_bf16_sharded():
+    """Qwen2 as the larger checkpoints ship: bf16 weights in two shards with an index."""
+    from transformers import Qwen2Config, Qwen2Model
+    out = os.path.join(FIXTURES, "tiny-qwen2-bf16-sharded")
+    os.makedirs(out, exist_ok=True)
+    tok = bpe_tokenizer(bos=False)
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
+                      pad_token_id=tok.pad_token_id, attn_implementation="eager", rope_theta=1000000.0)
+    torch.manual_seed(0)
+    model = Qwen2Model(cfg)
+    perturb(model, 5, 0.3)
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True, max_shard_size="12KB")
+    shards = sorted(f for f in os.listdir(out) if f.startswith("model-") and f.endswith(".safetensors"))
+    assert len(shards) >= 2 and os.path.exists(os.path.join(out, "model.safetensors.index.json")), shards
+    tok.save_pretrained(out)
+    write_st_files(out, cfg.hidden_size, "last")
+    # The reference: the bf16 weights loaded afresh in f32 (so the rotary frequencies are
+    # computed in f32 too, not the bf16-rounded buffer of `model.to(bfloat16)`), what infembed
+    # does after its cast. sentence-transformers loads the checkpoint in its own dtype (bf16)
+    # and so computes in bf16: its embeddings are a bf16 reference.
+    f32_model = Qwen2Model.from_pretrained(out, dtype=torch.float32, attn_implementation="eager")
+    record(out, f32_model, tok, "last", "qwen2",
+           extra={"weights": "bfloat16, %d shards" % len(shards), "sentence_transformers_dtype": "bfloat16"})
+
+
+def make_llama_rope_llama3():
+    """Llama 3's rotary scaling, with an original context (8) shorter than the inputs (16)."""
+    from transformers import LlamaConfig, LlamaModel
+    out = os.path.join(FIXTURES, "tiny-llama-rope-llama3")
+    os.makedirs(out, exist_ok=True)
+    tok = bpe_tokenizer(bos=True)
+    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 4.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8}
+    # Two heads of 8 dimensions: four frequencies, so scaled, interpolated and kept ones.
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=64,
+                      rms_norm_eps=1e-6, pad_token_id=tok.pad_token_id, attn_implementation="eager",
+                      rope_parameters=rope)
+    torch.manual_seed(0)
+    model = LlamaModel(cfg)
+    assert model.config.rope_parameters["rope_type"] == "llama3", model.config.rope_parameters
+    perturb(model, 6, 0.3)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    write_st_files(out, cfg.hidden_size, "last")
+    record(out, model, tok, "last", "llama", extra={"rope": rope})
+
+
+def make_bert_dense():
+    """A sentence-transformers pipeline with a Dense module (16 -> 8, tanh), no Normalize,
+    dot-product similarity and prompts; the expected values are sentence-transformers' own."""
+    from sentence_transformers import SentenceTransformer, models
+    src = os.path.join(FIXTURES, "tiny-bert")
+    out = os.path.join(FIXTURES, "tiny-bert-dense")
+    transformer = models.Transformer(src, max_seq_length=MAX_SEQ_LENGTH)
+    pooling = models.Pooling(HIDDEN, pooling_mode="mean")
+    dense = models.Dense(HIDDEN, 8, activation_function=torch.nn.Tanh())
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        dense.linear.weight.copy_(0.5 * torch.randn(dense.linear.weight.shape, generator=g))
+        dense.linear.bias.copy_(0.1 * torch.randn(dense.linear.bias.shape, generator=g))
+    prompts = {"query": "query: ", "document": "passage: "}
+    st = SentenceTransformer(modules=[transformer, pooling, dense], device="cpu", prompts=prompts,
+                             similarity_fn_name="dot")
+    st.save(out)
+    os.remove(os.path.join(out, "README.md"))  # the generated model card: not needed
+    st = SentenceTransformer(out, device="cpu")
+    enc = lambda **kw: st.encode(TEXTS, batch_size=len(TEXTS), convert_to_numpy=True, **kw).round(7).tolist()
+    import sentence_transformers as stm
+    doc = {"generator": "scripts/encoder/make_fixtures.py, sentence-transformers %s, torch %s"
+                        % (stm.__version__, torch.__version__),
+           "texts": TEXTS, "max_seq_length": MAX_SEQ_LENGTH, "prompts": prompts,
+           "plain": enc(), "query_prompt": enc(prompt_name="query"),
+           "document_prompt": enc(prompt_name="document")}
+    json.dump(doc, open(os.path.join(out, "expected.json"), "w"))
+    print("bert-dense ->", out)
+
+
 BUILDERS = {"bert": make_bert, "modernbert": make_modernbert,
-            "qwen2": lambda: make_decoder("qwen2"), "llama": lambda: make_decoder("llama")}
+            "qwen2": lambda: make_decoder("qwen2"), "llama": lambda: make_decoder("llama"),
+            "qwen2-bf16-sharded": make_qwen2_bf16_sharded, "llama-rope-llama3": make_llama_rope_llama3,
+            "bert-dense": make_bert_dense}
 
 if __name__ == "__main__":
     torch.set_num_threads(2)

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::config::SentenceTransformersConfig;
-use crate::encoder::{Embedder, Encoded, ModelDir, TruncationCounter};
+use crate::config::{SentenceTransformersConfig, Similarity};
+use crate::encoder::{DEFAULT_MAX_LENGTH, Embedder, Encoded, ModelDir, TruncationCounter};
 use crate::error::{Error, Result};
+use crate::head::{DenseLayer, load_dense};
 use crate::interaction::{
     CrossAttention, CrossAttentionConfig, CrossAttentionKind, combine_tokens, combine_vectors,
 };
@@ -69,20 +70,25 @@ pub struct EncoderConfig {
     /// Interaction I or II.
     #[serde(default)]
     pub interaction: Interaction,
-    /// Maximum tokens of a query-side text (reference: 256).
-    #[serde(default = "default_query_max")]
-    pub query_max_length: usize,
-    /// Maximum tokens of a passage (reference: 512).
-    #[serde(default = "default_passage_max")]
-    pub passage_max_length: usize,
+    /// Maximum tokens of a query-side text; `None` takes the checkpoint's `max_seq_length`
+    /// (`sentence_bert_config.json`), else 512 (the paper's reference uses 256:
+    /// [`with_reference_lengths`](Self::with_reference_lengths)). Capped by the model's
+    /// position limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_max_length: Option<usize>,
+    /// Maximum tokens of a passage; `None` as for queries (the paper's reference: 512).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passage_max_length: Option<usize>,
     /// Prepended to every query-side text (e.g. e5's `"query: "`); with Interaction I to
-    /// the whole rendered template, with Interaction II to the query alone.
+    /// the whole rendered template, with Interaction II to the query alone. Empty takes the
+    /// checkpoint's sentence-transformers prompt named `query`, if it has one.
     #[serde(default)]
     pub query_prefix: String,
     /// Prepended to every instruction (both interactions).
     #[serde(default)]
     pub instruction_prefix: String,
-    /// Prepended to every passage (e.g. e5's `"passage: "`).
+    /// Prepended to every passage (e.g. e5's `"passage: "`). Empty takes the checkpoint's
+    /// sentence-transformers prompt named `document`, `passage` or `corpus`, if it has one.
     #[serde(default)]
     pub passage_prefix: String,
     /// Overrides the checkpoint's pooling.
@@ -93,12 +99,10 @@ pub struct EncoderConfig {
     pub encode_batch_size: usize,
 }
 
-fn default_query_max() -> usize {
-    256
-}
-fn default_passage_max() -> usize {
-    512
-}
+/// The paper's query maximum length.
+pub const REFERENCE_QUERY_MAX_LENGTH: usize = 256;
+/// The paper's passage maximum length.
+pub const REFERENCE_PASSAGE_MAX_LENGTH: usize = 512;
 fn default_batch() -> usize {
     32
 }
@@ -108,8 +112,8 @@ impl Default for EncoderConfig {
         Self {
             towers: Towers::Shared,
             interaction: Interaction::default(),
-            query_max_length: default_query_max(),
-            passage_max_length: default_passage_max(),
+            query_max_length: None,
+            passage_max_length: None,
             query_prefix: String::new(),
             instruction_prefix: String::new(),
             passage_prefix: String::new(),
@@ -120,6 +124,14 @@ impl Default for EncoderConfig {
 }
 
 impl EncoderConfig {
+    /// The same config with the paper's maximum lengths: 256 query tokens, 512 passage
+    /// tokens (explicit values, which win over the checkpoint's `max_seq_length`).
+    pub fn with_reference_lengths(mut self) -> Self {
+        self.query_max_length = Some(REFERENCE_QUERY_MAX_LENGTH);
+        self.passage_max_length = Some(REFERENCE_PASSAGE_MAX_LENGTH);
+        self
+    }
+
     /// Reads a JSON config file (unknown fields are errors naming the line).
     pub fn from_file(path: &Path) -> Result<Self> {
         let cfg: Self = crate::config::read_json(path, "encoder config")?;
@@ -129,8 +141,8 @@ impl EncoderConfig {
 
     fn validate(&self, path: &Path) -> Result<()> {
         for (field, v) in [
-            ("query_max_length", self.query_max_length),
-            ("passage_max_length", self.passage_max_length),
+            ("query_max_length", self.query_max_length.unwrap_or(1)),
+            ("passage_max_length", self.passage_max_length.unwrap_or(1)),
             ("encode_batch_size", self.encode_batch_size),
         ] {
             if v == 0 {
@@ -170,6 +182,9 @@ pub struct DualEncoderModel {
     pub passage_tower: Option<Backbone>,
     /// `W_i, W_q1, W_q2` of a learnable Interaction II.
     pub cross: Option<CrossAttention>,
+    /// The checkpoint's sentence-transformers `Dense` modules after pooling (usually none),
+    /// shared by both towers and trained with them.
+    pub dense: Vec<DenseLayer>,
 }
 
 /// One flattened training row: an instruction, a query and a passage.
@@ -226,6 +241,27 @@ struct EncoderContext {
     source_dir: PathBuf,
 }
 
+/// The config with what the checkpoint supplies for what it leaves unset: the prefixes from
+/// the sentence-transformers prompts.
+fn resolve_prompts(mut config: EncoderConfig, st: &SentenceTransformersConfig) -> EncoderConfig {
+    if config.query_prefix.is_empty()
+        && let Some(p) = st.prompts.get(QUERY_PROMPT)
+    {
+        config.query_prefix = p.clone();
+    }
+    if config.passage_prefix.is_empty()
+        && let Some(p) = PASSAGE_PROMPTS.iter().find_map(|n| st.prompts.get(*n))
+    {
+        config.passage_prefix = p.clone();
+    }
+    config
+}
+
+/// The sentence-transformers prompt name of queries (`encode_query`).
+pub const QUERY_PROMPT: &str = "query";
+/// The prompt names sentence-transformers' `encode_document` tries, in its order.
+pub const PASSAGE_PROMPTS: [&str; 3] = ["document", "passage", "corpus"];
+
 impl DualEncoder {
     /// Loads a checkpoint directory (see [`TextEncoder::from_dir`](crate::TextEncoder::from_dir)
     /// for the files) with `config`. Separate towers load the weights twice so that their
@@ -238,6 +274,18 @@ impl DualEncoder {
             st_config,
             tokenizer,
         } = ModelDir::read(dir)?;
+        let config = resolve_prompts(config, &st_config);
+        if !st_config.dense.is_empty()
+            && matches!(config.interaction, Interaction::CrossAttention(_))
+        {
+            return Err(Error::config(
+                dir.join("modules.json"),
+                "Dense",
+                "Interaction II combines the backbone's states, so a checkpoint with Dense \
+                 modules needs Interaction I",
+            ));
+        }
+        let dense = load_dense(&st_config.dense, arch.hidden_size(), device)?;
         let query_tower = Backbone::load(&arch, dir, device)?;
         let passage_tower = match config.towers {
             Towers::Shared => None,
@@ -258,6 +306,7 @@ impl DualEncoder {
                 query_tower,
                 passage_tower,
                 cross,
+                dense,
             },
             context: Arc::new(EncoderContext {
                 tokenizer,
@@ -335,6 +384,48 @@ impl DualEncoder {
         self.context.pooling
     }
 
+    /// Width of the embeddings (the last `Dense` module's output, else the backbone's).
+    pub fn dim(&self) -> usize {
+        self.model
+            .dense
+            .last()
+            .map_or(self.arch().hidden_size(), DenseLayer::out_features)
+    }
+
+    /// Whether [`encode_passages`](Self::encode_passages) and
+    /// [`encode_queries`](Self::encode_queries) return unit vectors
+    /// ([`SentenceTransformersConfig::unit_vectors`]): always, except for a dot-product model
+    /// without `Normalize`. Training embeddings ([`encode_batch`](Self::encode_batch),
+    /// [`embed_passage_texts`](Self::embed_passage_texts)) are unit vectors always.
+    pub fn normalizes(&self) -> bool {
+        self.context.st_config.unit_vectors()
+    }
+
+    /// How embeddings are compared (the checkpoint's `similarity_fn_name`, cosine by
+    /// default); with [`normalizes`](Self::normalizes), the dot product of two embeddings is
+    /// this similarity.
+    pub fn similarity(&self) -> Similarity {
+        self.context.st_config.similarity.unwrap_or_default()
+    }
+
+    /// Maximum tokens of a query-side text: the config's, else the checkpoint's
+    /// `max_seq_length`, else 512, capped by the model's position limit.
+    pub fn query_max_length(&self) -> usize {
+        self.resolve_length(self.config().query_max_length)
+    }
+
+    /// Maximum tokens of a passage (as [`query_max_length`](Self::query_max_length)).
+    pub fn passage_max_length(&self) -> usize {
+        self.resolve_length(self.config().passage_max_length)
+    }
+
+    fn resolve_length(&self, explicit: Option<usize>) -> usize {
+        explicit
+            .or(self.context.st_config.max_seq_length)
+            .unwrap_or(DEFAULT_MAX_LENGTH)
+            .min(self.arch().max_positions())
+    }
+
     /// The checkpoint directory the encoder was loaded from.
     pub fn source_dir(&self) -> &Path {
         &self.context.source_dir
@@ -345,6 +436,7 @@ impl DualEncoder {
     /// Used when a saved directory's own settings replace those it was loaded with.
     pub(crate) fn with_config(mut self, config: EncoderConfig) -> Self {
         let c = &self.context;
+        let config = resolve_prompts(config, &c.st_config);
         let pooling = config.pooling.unwrap_or(c.pooling);
         self.context = Arc::new(EncoderContext {
             tokenizer: c.tokenizer.clone(),
@@ -362,17 +454,14 @@ impl DualEncoder {
         self.truncations.total()
     }
 
-    fn max_len(&self, requested: usize) -> usize {
-        requested.min(self.arch().max_positions())
-    }
-
     fn query_embedder(&self) -> Embedder<'_> {
         Embedder {
             backbone: &self.model.query_tower,
+            dense: &self.model.dense,
             tokenizer: self.tokenizer(),
             device: &self.device,
             pooling: self.pooling(),
-            max_length: self.max_len(self.config().query_max_length),
+            max_length: self.query_max_length(),
             counter: &self.truncations,
         }
     }
@@ -384,16 +473,22 @@ impl DualEncoder {
                 .passage_tower
                 .as_ref()
                 .unwrap_or(&self.model.query_tower),
+            dense: &self.model.dense,
             tokenizer: self.tokenizer(),
             device: &self.device,
             pooling: self.pooling(),
-            max_length: self.max_len(self.config().passage_max_length),
+            max_length: self.passage_max_length(),
             counter: &self.truncations,
         }
     }
 
-    /// Encodes passages (with the passage prefix): `[N, d]`, L2-normalized, input order.
+    /// Encodes passages (with the passage prefix): `[N, d]` in input order, unit vectors
+    /// when [`normalizes`](Self::normalizes).
     pub fn encode_passages(&self, passages: &[&str]) -> Result<Encoded> {
+        self.passages(passages, self.normalizes())
+    }
+
+    fn passages(&self, passages: &[&str], unit: bool) -> Result<Encoded> {
         let texts: Vec<String> = passages
             .iter()
             .map(|p| format!("{}{p}", self.config().passage_prefix))
@@ -403,19 +498,21 @@ impl DualEncoder {
         let (v, truncated) = self
             .passage_embedder()
             .pooled_sorted(&refs, self.config().encode_batch_size)?;
+        let v = if unit { l2_normalize(v) } else { v };
         Ok(Encoded {
-            embeddings: l2_normalize(v).select(0, self.index_tensor(&index)),
+            embeddings: v.select(0, self.index_tensor(&index)),
             truncated,
         })
     }
 
-    /// Encodes (instruction, query) pairs with the configured interaction: `[N, d]`,
-    /// L2-normalized, input order.
+    /// Encodes (instruction, query) pairs with the configured interaction: `[N, d]` in input
+    /// order, unit vectors when [`normalizes`](Self::normalizes).
     pub fn encode_queries(&self, pairs: &[(&str, &str)]) -> Result<Encoded> {
         let wanted: Vec<(usize, usize)> = (0..pairs.len()).map(|i| (i, i)).collect();
         let instructions: Vec<&str> = pairs.iter().map(|p| p.0).collect();
         let queries: Vec<&str> = pairs.iter().map(|p| p.1).collect();
-        let (t, truncated, _) = self.combine(&instructions, &queries, &wanted)?;
+        let (t, truncated, _) =
+            self.combine(&instructions, &queries, &wanted, self.normalizes())?;
         Ok(Encoded {
             embeddings: t,
             truncated,
@@ -438,7 +535,7 @@ impl DualEncoder {
         let n = rows.len();
         let k = check_instruction_rows(n, instruction_rows)?;
         let passages: Vec<&str> = rows.iter().map(|r| r.passage).collect();
-        let p = self.encode_passages(&passages)?;
+        let p = self.passages(&passages, true)?;
         let mut passage_texts = passages.clone();
         passage_texts.sort_unstable();
         passage_texts.dedup();
@@ -450,8 +547,8 @@ impl DualEncoder {
         }
         let instructions: Vec<&str> = rows.iter().map(|r| r.instruction).collect();
         let queries: Vec<&str> = rows.iter().map(|r| r.query).collect();
-        let (all, truncated, encoded) = self.combine(&instructions, &queries, &wanted)?;
-        let d = self.arch().hidden_size();
+        let (all, truncated, encoded) = self.combine(&instructions, &queries, &wanted, true)?;
+        let d = self.dim();
         let iq = all.clone().slice([0..n, 0..d]);
         let iq_instr = all.slice([n..n * (k + 1), 0..d]).reshape([n, k, d]);
         Ok(BatchEmbeddings {
@@ -545,14 +642,15 @@ impl DualEncoder {
         })
     }
 
-    /// Embeds the `wanted` (instruction index, query index) combinations, L2-normalized, in
-    /// order. Returns the embeddings, the truncation count and the number of distinct texts
-    /// encoded.
+    /// Embeds the `wanted` (instruction index, query index) combinations in order (unit
+    /// vectors when `unit`; Interaction II's always are). Returns the embeddings, the
+    /// truncation count and the number of distinct texts encoded.
     fn combine(
         &self,
         instructions: &[&str],
         queries: &[&str],
         wanted: &[(usize, usize)],
+        unit: bool,
     ) -> Result<(Tensor<2>, usize, usize)> {
         let cfg = self.config();
         match &cfg.interaction {
@@ -573,7 +671,8 @@ impl DualEncoder {
                 let (v, truncated) = self
                     .query_embedder()
                     .pooled_sorted(&refs, cfg.encode_batch_size)?;
-                let out = l2_normalize(v).select(0, self.index_tensor(&index));
+                let v = if unit { l2_normalize(v) } else { v };
+                let out = v.select(0, self.index_tensor(&index));
                 Ok((out, truncated, unique.len()))
             }
             Interaction::CrossAttention(cross) => {

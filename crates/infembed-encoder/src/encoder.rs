@@ -9,9 +9,14 @@ use burn::prelude::*;
 
 use crate::config::SentenceTransformersConfig;
 use crate::error::{Error, Result};
+use crate::head::{DenseLayer, apply_dense, load_dense};
 use crate::models::{ArchitectureConfig, Backbone};
 use crate::pool::{Pooling, l2_normalize, pool};
 use crate::tokenize::{TextTokenizer, TokenBatch};
+
+/// The maximum length of a checkpoint without `max_seq_length` (capped by its position
+/// limit).
+pub(crate) const DEFAULT_MAX_LENGTH: usize = 512;
 
 /// Embeddings of a batch of texts.
 #[derive(Debug, Clone)]
@@ -104,6 +109,8 @@ impl ModelDir {
 pub struct TextEncoder {
     /// The transformer.
     pub backbone: Backbone,
+    /// The pipeline's `Dense` modules after pooling (usually none).
+    pub dense: Vec<DenseLayer>,
     /// The tokenizer (with the backbone's padding side).
     pub tokenizer: TextTokenizer,
     /// The architecture and its hyper-parameters (`config.json`).
@@ -112,7 +119,7 @@ pub struct TextEncoder {
     pub st_config: SentenceTransformersConfig,
     /// The pooling in use.
     pub pooling: Pooling,
-    /// Whether embeddings are L2-normalized.
+    /// Whether embeddings are L2-normalized ([`SentenceTransformersConfig::unit_vectors`]).
     pub normalize: bool,
     /// Maximum tokens per text (special tokens included); longer texts are truncated.
     pub max_length: usize,
@@ -126,8 +133,8 @@ impl TextEncoder {
     /// Loads a model directory on `device`.
     ///
     /// Pooling defaults (without sentence-transformers files) to `mean` for encoders and
-    /// `last` for decoders, normalization to on, the maximum length to 512 capped by the
-    /// model's position limit.
+    /// `last` for decoders, normalization to on, the maximum length to the checkpoint's
+    /// `max_seq_length`, else 512; either is capped by the model's position limit.
     pub fn from_dir(dir: impl AsRef<Path>, device: &Device) -> Result<Self> {
         let dir = dir.as_ref();
         let ModelDir {
@@ -136,14 +143,16 @@ impl TextEncoder {
             tokenizer,
         } = ModelDir::read(dir)?;
         let backbone = Backbone::load(&arch, dir, device)?;
+        let dense = load_dense(&st_config.dense, arch.hidden_size(), device)?;
         let pooling = st_config.pooling.unwrap_or_else(|| arch.default_pooling());
-        let normalize = st_config.normalize.unwrap_or(true);
+        let normalize = st_config.unit_vectors();
         let max_length = st_config
             .max_seq_length
-            .unwrap_or(512)
+            .unwrap_or(DEFAULT_MAX_LENGTH)
             .min(arch.max_positions());
         Ok(Self {
             backbone,
+            dense,
             tokenizer,
             arch,
             st_config,
@@ -161,9 +170,11 @@ impl TextEncoder {
         &self.device
     }
 
-    /// Width `d` of the embeddings.
+    /// Width `d` of the embeddings (the last `Dense` module's output, else the backbone's).
     pub fn dim(&self) -> usize {
-        self.arch.hidden_size()
+        self.dense
+            .last()
+            .map_or(self.arch.hidden_size(), DenseLayer::out_features)
     }
 
     /// Total number of texts truncated by this encoder (and its clones) so far.
@@ -175,6 +186,7 @@ impl TextEncoder {
     pub(crate) fn embedder(&self) -> Embedder<'_> {
         Embedder {
             backbone: &self.backbone,
+            dense: &self.dense,
             tokenizer: &self.tokenizer,
             device: &self.device,
             pooling: self.pooling,
@@ -238,6 +250,8 @@ pub fn tensor_rows(t: Tensor<2>) -> Result<Vec<Vec<f32>>> {
 /// Borrowed pieces of one tower: what turns texts into token states or pooled vectors.
 pub(crate) struct Embedder<'a> {
     pub(crate) backbone: &'a Backbone,
+    /// Applied to the pooled vectors (`pooled_*`), not to token states.
+    pub(crate) dense: &'a [DenseLayer],
     pub(crate) tokenizer: &'a TextTokenizer,
     pub(crate) device: &'a Device,
     pub(crate) pooling: Pooling,
@@ -268,10 +282,12 @@ impl Embedder<'_> {
         })
     }
 
-    /// Pooled (not normalized) vectors `[B, d]` for `texts` in one forward pass.
+    /// Pooled (not normalized) vectors `[B, d]` for `texts` in one forward pass, through the
+    /// `Dense` modules when there are any.
     pub(crate) fn pooled_batch(&self, texts: &[&str]) -> Result<(Tensor<2>, usize)> {
         let s = self.token_states(texts)?;
-        Ok((pool(s.hidden, s.mask, self.pooling), s.truncated))
+        let pooled = pool(s.hidden, s.mask, self.pooling);
+        Ok((apply_dense(self.dense, pooled), s.truncated))
     }
 
     /// Pooled (not normalized) vectors `[N, d]` in input order, computed `batch_size` texts
@@ -295,7 +311,7 @@ impl Embedder<'_> {
             };
             let input = self.tokenizer.to_input(&sub, self.device);
             let hidden = self.backbone.forward(&input);
-            pool(hidden, input.attention_mask, self.pooling)
+            apply_dense(self.dense, pool(hidden, input.attention_mask, self.pooling))
         };
         let chunks: Vec<&[usize]> = order.chunks(batch_size.max(1)).collect();
         let mut parts = Vec::with_capacity(chunks.len());

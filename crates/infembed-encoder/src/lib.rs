@@ -1,19 +1,22 @@
 //! # infembed-encoder
 //!
 //! The dual encoder of InF-Embed ("Towards Better Instruction Following Retrieval Models") on
-//! [burn](https://burn.dev) 0.22 (CPU `flex` backend by default; `cuda` and `tch` as cargo
+//! [burn](https://burn.dev) 0.22 (CPU `flex` backend by default; `wgpu`, `vulkan` and `cuda` as cargo
 //! features):
 //!
 //! - **Backbones** loaded from a local Hugging Face directory (`config.json`,
-//!   `tokenizer.json`, `model.safetensors`, read with `burn-store`): the BERT family
+//!   `tokenizer.json`, `model.safetensors` or the shards of `model.safetensors.index.json`,
+//!   read with `burn-store`; bf16 and f16 weights cast to f32): the BERT family
 //!   ([`bert`]: BERT, MiniLM, e5, bge, gte), [`modernbert`], and the [`decoder`] LMs Qwen2 and
 //!   Llama (rotary embeddings, grouped-query attention, RMSNorm, SwiGLU, last-token pooling
 //!   with left padding). Nothing is downloaded; a missing file is an [`Error::MissingFile`] naming it.
 //! - **Tokenization** with Hugging Face `tokenizers` (pure Rust), truncation at a maximum
 //!   length with a count of truncated inputs, padding to each batch's own longest row.
-//! - **Pooling** ([`Pooling`]: `cls | mean | last`, masked) and L2 normalization, chosen by
-//!   sentence-transformers' `modules.json` / `1_Pooling/config.json` /
-//!   `sentence_bert_config.json` when present.
+//! - **The sentence-transformers pipeline** as `modules.json` lists it: [`Pooling`]
+//!   (`cls | mean | last`, masked), [`DenseLayer`]s, L2 normalization only when the pipeline
+//!   has `Normalize` or scores by cosine ([`Similarity`]), `max_seq_length` as the default
+//!   truncation, the prompts of `config_sentence_transformers.json`; any other module is an
+//!   error naming it.
 //! - **Instruction-query interactions** ([`interaction`]): Interaction I (a [`QueryTemplate`],
 //!   the data crate's template type shared with BM25, joins instruction and query, encoded
 //!   together) and Interaction II (encoded apart and
@@ -43,6 +46,7 @@ mod device;
 pub mod dual;
 mod encoder;
 mod error;
+mod head;
 pub mod interaction;
 mod models;
 mod ops;
@@ -51,14 +55,18 @@ mod save;
 mod tokenize;
 mod weights;
 
-pub use config::SentenceTransformersConfig;
+pub use config::{
+    DenseActivation, SentenceTransformersConfig, Similarity, StDense, StDenseConfig, StModelConfig,
+};
 pub use device::{DeviceListing, DeviceSpec, Precision, list_devices, missing_backends};
 pub use dual::{
     BatchEmbeddings, BatchRow, BatchTexts, DualEncoder, DualEncoderModel, EncoderConfig,
-    Interaction, Towers,
+    Interaction, PASSAGE_PROMPTS, QUERY_PROMPT, REFERENCE_PASSAGE_MAX_LENGTH,
+    REFERENCE_QUERY_MAX_LENGTH, Towers,
 };
 pub use encoder::{Encoded, TextEncoder, TokenStates, tensor_rows};
 pub use error::{Error, Result};
+pub use head::DenseLayer;
 pub use infembed_data::QueryTemplate;
 pub use interaction::{CrossAttention, CrossAttentionConfig, CrossAttentionKind};
 pub use models::{ArchitectureConfig, Backbone, BackboneInput, bert, decoder, modernbert};

@@ -52,8 +52,8 @@ fn interaction_one_batch_matches_single_encodes() {
             template: QueryTemplate::new("{instruction} | {query}").unwrap(),
             instruction_negatives: Some(2),
         },
-        query_max_length: 16,
-        passage_max_length: 16,
+        query_max_length: Some(16),
+        passage_max_length: Some(16),
         ..EncoderConfig::default()
     };
     let enc = DualEncoder::from_dir(&dir, cfg, &device()).unwrap();
@@ -106,8 +106,8 @@ fn interaction_two_token_batch_matches_separate_encodes() {
             kind: CrossAttentionKind::Token,
             learnable: false,
         }),
-        query_max_length: 16,
-        passage_max_length: 16,
+        query_max_length: Some(16),
+        passage_max_length: Some(16),
         ..EncoderConfig::default()
     };
     let enc = DualEncoder::from_dir(&dir, cfg, &device()).unwrap();
@@ -150,8 +150,8 @@ fn interaction_two_vector_learnable_and_separate_towers() {
             kind: CrossAttentionKind::Vector,
             learnable: true,
         }),
-        query_max_length: 16,
-        passage_max_length: 16,
+        query_max_length: Some(16),
+        passage_max_length: Some(16),
         ..EncoderConfig::default()
     };
     let enc = DualEncoder::from_dir(&dir, cfg, &device()).unwrap();
@@ -191,8 +191,8 @@ fn prefixes_are_applied() {
         query_prefix: "query: ".into(),
         passage_prefix: "passage: ".into(),
         instruction_prefix: "find ".into(),
-        query_max_length: 16,
-        passage_max_length: 16,
+        query_max_length: Some(16),
+        passage_max_length: Some(16),
         ..EncoderConfig::default()
     };
     let enc = DualEncoder::from_dir(&dir, cfg, &device()).unwrap();
@@ -279,8 +279,8 @@ fn alias_templates_encode_like_canonical_ones() {
                 template: QueryTemplate::new(template).unwrap(),
                 instruction_negatives: None,
             },
-            query_max_length: 16,
-            passage_max_length: 16,
+            query_max_length: Some(16),
+            passage_max_length: Some(16),
             ..EncoderConfig::default()
         };
         let enc = DualEncoder::from_dir(&dir, cfg, &device()).unwrap();
@@ -304,8 +304,8 @@ fn saved_encoder_keeps_its_template() {
             template: QueryTemplate::new(text).unwrap(),
             instruction_negatives: Some(2),
         },
-        query_max_length: 16,
-        passage_max_length: 16,
+        query_max_length: Some(16),
+        passage_max_length: Some(16),
         ..EncoderConfig::default()
     };
     let enc = DualEncoder::from_dir(&dir, cfg, &device()).unwrap();
@@ -333,8 +333,8 @@ fn saved_encoder_keeps_its_template() {
 fn swapping_weights_shares_the_context() {
     let dir = fixture("tiny-bert");
     let cfg = EncoderConfig {
-        query_max_length: 16,
-        passage_max_length: 16,
+        query_max_length: Some(16),
+        passage_max_length: Some(16),
         ..EncoderConfig::default()
     };
     let enc = DualEncoder::from_dir(&dir, cfg, &device()).unwrap();

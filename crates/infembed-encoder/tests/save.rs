@@ -99,8 +99,8 @@ fn dual_encoder_round_trip_with_separate_towers_and_cross_weights() {
             kind: CrossAttentionKind::Token,
             learnable: true,
         }),
-        query_max_length: 12,
-        passage_max_length: 16,
+        query_max_length: Some(12),
+        passage_max_length: Some(16),
         ..EncoderConfig::default()
     };
     let mut enc = DualEncoder::from_dir(&src, cfg, &device()).unwrap();
@@ -117,7 +117,7 @@ fn dual_encoder_round_trip_with_separate_towers_and_cross_weights() {
     assert!(out.path().join("passage_tower/model.safetensors").exists());
     let back = DualEncoder::load_saved(out.path(), &device()).unwrap();
     assert_eq!(back.config().towers, Towers::Separate);
-    assert_eq!(back.config().query_max_length, 12);
+    assert_eq!(back.config().query_max_length, Some(12));
     assert_same(
         &rows(back.encode_queries(&pairs).unwrap().embeddings),
         &q,

@@ -46,8 +46,8 @@ fn main() -> Result<()> {
         dropout_seed: 0,
     };
     let config = EncoderConfig {
-        query_max_length: 128,
-        passage_max_length: 256,
+        query_max_length: Some(128),
+        passage_max_length: Some(256),
         ..EncoderConfig::default()
     };
     let plain = Device::flex();

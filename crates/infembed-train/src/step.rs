@@ -28,7 +28,7 @@
 
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use infembed_encoder::{DualEncoder, DualEncoderModel};
+use infembed_encoder::{DualEncoder, DualEncoderModel, l2_normalize};
 use infembed_losses::{ContrastiveLoss, LossBatch};
 
 use crate::batch::TrainBatch;
@@ -96,9 +96,15 @@ pub fn full_batch_step(
     } else {
         let passages: Vec<&str> = rows.iter().map(|r| r.passage).collect();
         let pairs: Vec<(&str, &str)> = rows.iter().map(|r| (r.instruction, r.query)).collect();
-        let p = encoder.encode_passages(&passages)?;
-        let q = encoder.encode_queries(&pairs)?;
-        (p.embeddings, q.embeddings, None, rows.len() * 2)
+        let p = encoder.encode_passages(&passages)?.embeddings;
+        let q = encoder.encode_queries(&pairs)?.embeddings;
+        // The objectives score by cosine: unit vectors whatever the checkpoint's pipeline.
+        let (p, q) = if encoder.normalizes() {
+            (p, q)
+        } else {
+            (l2_normalize(p), l2_normalize(q))
+        };
+        (p, q, None, rows.len() * 2)
     };
     let lb = loss_batch(p, iq, iq_instr, batch, mask_duplicates, &device);
     let value = loss.forward(&lb);

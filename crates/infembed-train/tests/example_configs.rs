@@ -57,6 +57,6 @@ fn paper_toml_is_the_papers_recipe() {
     assert_eq!(c.batch.records, 4);
     assert_eq!(c.batch.accumulation, 1);
     assert_eq!(c.loss.temperature, 0.05);
-    assert_eq!(c.encoder.query_max_length, 256);
-    assert_eq!(c.encoder.passage_max_length, 512);
+    assert_eq!(c.encoder.query_max_length, Some(256));
+    assert_eq!(c.encoder.passage_max_length, Some(512));
 }

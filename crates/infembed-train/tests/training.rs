@@ -103,8 +103,8 @@ fn encoder_config() -> EncoderConfig {
             template: QueryTemplate::default(),
             instruction_negatives: Some(4),
         },
-        query_max_length: 48,
-        passage_max_length: 64,
+        query_max_length: Some(48),
+        passage_max_length: Some(64),
         encode_batch_size: 5,
         ..EncoderConfig::default()
     }

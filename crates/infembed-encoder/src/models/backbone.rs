@@ -28,7 +28,9 @@ pub enum Backbone {
 }
 
 impl Backbone {
-    /// Builds the backbone described by `arch` and loads `dir/model.safetensors` into it.
+    /// Builds the backbone described by `arch` and loads `dir`'s weights into it
+    /// (`model.safetensors` or the shards of `model.safetensors.index.json`, any float dtype
+    /// cast to f32).
     pub fn load(arch: &ArchitectureConfig, dir: &Path, device: &Device) -> Result<Self> {
         Ok(match arch {
             ArchitectureConfig::Bert(c) => Self::Bert(c.load(dir, device)?),

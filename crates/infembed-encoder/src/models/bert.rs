@@ -153,11 +153,10 @@ impl BertConfig {
         }
     }
 
-    /// Builds the model and loads `model.safetensors` from `dir` (keys with or without the
+    /// Builds the model and loads the weights in `dir` (keys with or without the
     /// `bert.` prefix of task heads are accepted).
     pub fn load(&self, dir: &Path, device: &Device) -> Result<BertModel> {
-        let path = dir.join("model.safetensors");
-        let names = weights::tensor_names(&path)?;
+        let names = weights::checkpoint_tensor_names(dir)?;
         let prefixed = names.iter().any(|n| n.starts_with("bert."));
         let with_pooler = names
             .iter()
@@ -167,7 +166,7 @@ impl BertConfig {
         if prefixed {
             remaps.insert(0, (r"^bert\.", ""));
         }
-        weights::load_into(&mut model, &path, &remaps)?;
+        weights::load_checkpoint(&mut model, dir, &remaps)?;
         Ok(model)
     }
 }

@@ -15,7 +15,8 @@ use burn::tensor::activation::silu;
 use serde::{Deserialize, Serialize};
 
 use super::input::BackboneInput;
-use super::rope::RopeTables;
+pub use super::rope::Llama3RopeScaling;
+use super::rope::{RopeTables, inverse_frequencies};
 use crate::error::{Error, Result};
 use crate::ops::{attention, key_padding_mask, linear, merge_heads, split_heads};
 use crate::weights;
@@ -63,9 +64,20 @@ pub struct DecoderConfig {
     /// Rotary base (older configs).
     #[serde(default)]
     pub rope_theta: Option<f64>,
-    /// Rotary parameters (newer configs: `{"rope_theta": .., "rope_type": "default"}`).
+    /// Rotary parameters (newer configs: `{"rope_theta": .., "rope_type": "default"}`, or
+    /// `"llama3"` with its scaling fields).
     #[serde(default)]
     pub rope_parameters: Option<serde_json::Value>,
+    /// Rotary scaling (older configs, e.g. Llama 3.x as published: `{"rope_type": "llama3",
+    /// "factor": 32.0, ...}`); `null` or absent for none.
+    #[serde(default)]
+    pub rope_scaling: Option<serde_json::Value>,
+    /// Attention type per layer (newer configs); only `full_attention` is supported.
+    #[serde(default)]
+    pub layer_types: Option<Vec<String>>,
+    /// Share of each head that is rotated; only 1 (all of it) is supported.
+    #[serde(default)]
+    pub partial_rotary_factor: Option<f64>,
     /// Llama: bias on q/k/v/o.
     #[serde(default)]
     pub attention_bias: bool,
@@ -109,7 +121,104 @@ impl DecoderConfig {
             .unwrap_or(10_000.0)
     }
 
+    /// Llama 3's rotary scaling when the config asks for it (`rope_parameters` or
+    /// `rope_scaling` with `rope_type` / `type` `llama3`); `None` for plain rotary
+    /// embeddings. Any other scaling type, or a `llama3` one missing a field, is an error
+    /// naming the key.
+    pub fn llama3_rope_scaling(&self, path: &Path) -> Result<Option<Llama3RopeScaling>> {
+        let sources = [
+            ("rope_parameters", self.rope_parameters.as_ref()),
+            ("rope_scaling", self.rope_scaling.as_ref()),
+        ];
+        let mut found = None;
+        for (key, value) in sources {
+            let Some(value) = value.filter(|v| !v.is_null()) else {
+                continue;
+            };
+            let kind = value
+                .get("rope_type")
+                .or_else(|| value.get("type"))
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("default");
+            match kind {
+                "default" => {}
+                "llama3" => {
+                    let field = |name: &str| -> Result<f32> {
+                        value
+                            .get(name)
+                            .and_then(serde_json::Value::as_f64)
+                            .map(|v| v as f32)
+                            .ok_or_else(|| {
+                                Error::config(
+                                    path,
+                                    format!("{key}.{name}"),
+                                    "missing or not a number (needed by `llama3` rotary scaling)",
+                                )
+                            })
+                    };
+                    let s = Llama3RopeScaling {
+                        factor: field("factor")?,
+                        low_freq_factor: field("low_freq_factor")?,
+                        high_freq_factor: field("high_freq_factor")?,
+                        original_max_position_embeddings: field(
+                            "original_max_position_embeddings",
+                        )?,
+                    };
+                    if !(s.factor > 0.0
+                        && s.low_freq_factor > 0.0
+                        && s.high_freq_factor > s.low_freq_factor
+                        && s.original_max_position_embeddings > 0.0)
+                    {
+                        return Err(Error::config(
+                            path,
+                            key,
+                            "`llama3` scaling needs factor > 0, high_freq_factor > \
+                             low_freq_factor > 0 and original_max_position_embeddings > 0",
+                        ));
+                    }
+                    if found.is_some_and(|f| f != s) {
+                        return Err(Error::config(
+                            path,
+                            key,
+                            "rope_parameters and rope_scaling disagree",
+                        ));
+                    }
+                    found = Some(s);
+                }
+                other => {
+                    return Err(Error::config(
+                        path,
+                        format!("{key}.rope_type"),
+                        format!(
+                            "`{other}` rotary scaling is not supported (only `default` and `llama3`)"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(found)
+    }
+
     pub(crate) fn validate(&self, path: &Path) -> Result<()> {
+        self.llama3_rope_scaling(path)?;
+        if let Some(kinds) = &self.layer_types
+            && let Some(other) = kinds.iter().find(|k| k.as_str() != "full_attention")
+        {
+            return Err(Error::config(
+                path,
+                "layer_types",
+                format!("`{other}` layers are not supported (only `full_attention`)"),
+            ));
+        }
+        if let Some(f) = self.partial_rotary_factor
+            && f != 1.0
+        {
+            return Err(Error::config(
+                path,
+                "partial_rotary_factor",
+                "only 1.0 (rotary embeddings over the whole head) is supported",
+            ));
+        }
         if self.hidden_act != "silu" {
             return Err(Error::config(
                 path,
@@ -122,19 +231,6 @@ impl DecoderConfig {
                 path,
                 "use_sliding_window",
                 "sliding-window attention is not supported",
-            ));
-        }
-        if let Some(kind) = self
-            .rope_parameters
-            .as_ref()
-            .and_then(|v| v.get("rope_type"))
-            .and_then(serde_json::Value::as_str)
-            && kind != "default"
-        {
-            return Err(Error::config(
-                path,
-                "rope_parameters.rope_type",
-                format!("`{kind}` is not supported (only `default`)"),
             ));
         }
         let h = self.num_attention_heads;
@@ -193,21 +289,26 @@ impl DecoderConfig {
             norm: norm(),
             head_dim: dh,
             theta: self.theta(),
+            // Validated when the config was read; a config built in code without
+            // validation gets plain rotary embeddings for a bad scaling.
+            rope_scaling: self
+                .llama3_rope_scaling(Path::new("config.json"))
+                .ok()
+                .flatten(),
         }
     }
 
-    /// Builds the model and loads `dir/model.safetensors` (keys with or without the
+    /// Builds the model and loads `dir`'s weights (keys with or without the
     /// `model.` prefix of causal-LM checkpoints; an `lm_head` is ignored).
     pub fn load(&self, dir: &Path, device: &Device) -> Result<DecoderModel> {
-        let path = dir.join("model.safetensors");
-        let names = weights::tensor_names(&path)?;
+        let names = weights::checkpoint_tensor_names(dir)?;
         let mut model = self.init(device);
         let remaps: Vec<(&str, &str)> = if names.iter().any(|n| n.starts_with("model.")) {
             vec![(r"^model\.", "")]
         } else {
             Vec::new()
         };
-        weights::load_into(&mut model, &path, &remaps)?;
+        weights::load_checkpoint(&mut model, dir, &remaps)?;
         Ok(model)
     }
 }
@@ -225,6 +326,9 @@ pub struct DecoderModel {
     pub head_dim: usize,
     /// Rotary base.
     pub theta: f64,
+    /// Llama 3's rotary scaling, if the checkpoint uses it.
+    #[module(skip)]
+    pub rope_scaling: Option<Llama3RopeScaling>,
 }
 
 /// One pre-norm decoder layer.
@@ -273,7 +377,8 @@ impl DecoderModel {
     pub fn forward(&self, input: &BackboneInput) -> Tensor<3> {
         let [_, l] = input.input_ids.dims();
         let device = input.input_ids.device();
-        let rope = RopeTables::new(l, self.head_dim, self.theta, &device);
+        let inv = inverse_frequencies(self.head_dim, self.theta, self.rope_scaling.as_ref());
+        let rope = RopeTables::from_frequencies(l, &inv, &device);
         let mask = key_padding_mask(input.padding.clone());
         let mut x = self.embed_tokens.forward(input.input_ids.clone());
         for layer in &self.layers {

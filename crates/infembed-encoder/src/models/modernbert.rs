@@ -188,17 +188,16 @@ impl ModernBertConfig {
         }
     }
 
-    /// Builds the model and loads `dir/model.safetensors` (with or without the `model.`
+    /// Builds the model and loads `dir`'s weights (with or without the `model.`
     /// prefix of task heads).
     pub fn load(&self, dir: &Path, device: &Device) -> Result<ModernBertModel> {
-        let path = dir.join("model.safetensors");
-        let names = weights::tensor_names(&path)?;
+        let names = weights::checkpoint_tensor_names(dir)?;
         let mut model = self.init(device);
         let mut remaps: Vec<(&str, &str)> = LOAD_REMAPS.to_vec();
         if names.iter().any(|n| n.starts_with("model.")) {
             remaps.insert(0, (r"^model\.", ""));
         }
-        weights::load_into(&mut model, &path, &remaps)?;
+        weights::load_checkpoint(&mut model, dir, &remaps)?;
         Ok(model)
     }
 }

@@ -37,6 +37,20 @@ pub fn wgpu_device(test: &str) -> Option<Device> {
     }
 }
 
+/// Copies the files of `from` (and of its sub-directories) into `to`.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 /// Rows of a `[N, d]` tensor.
 pub fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
     infembed_encoder::tensor_rows(t).expect("readback")
