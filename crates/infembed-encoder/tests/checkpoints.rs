@@ -418,3 +418,66 @@ fn save_and_reload_round_trips_every_architecture() {
         assert!(!out.path().join("model.safetensors.index.json").exists());
     }
 }
+
+/// Rounds every float parameter to f16 and back (what an f16 checkpoint holds).
+struct RoundToF16;
+impl burn::module::ModuleMapper for RoundToF16 {
+    fn map_float<const D: usize>(
+        &mut self,
+        param: burn::module::Param<burn::prelude::Tensor<D>>,
+    ) -> burn::module::Param<burn::prelude::Tensor<D>> {
+        param.map(|t| {
+            let data = t.to_data().convert::<burn::tensor::f16>().convert::<f32>();
+            burn::prelude::Tensor::from_data(data, &t.device())
+        })
+    }
+}
+
+/// An f16 checkpoint (written here with burn-store's cast, as `model.half().save_pretrained`
+/// would) loads cast to f32: it embeds as the f32 model whose weights are rounded to f16.
+#[test]
+fn f16_weights_are_cast_on_load() {
+    use burn::module::Module;
+    use burn::store::{
+        BurnToPyTorchAdapter, FloatCastAdapter, ModuleAdapter, ModuleSnapshot, SafetensorsStore,
+    };
+    use burn::tensor::DType;
+
+    let src = fixture("tiny-bert");
+    let enc = TextEncoder::from_dir(&src, &device()).unwrap();
+    let dir = edited("tiny-bert", |_| {});
+    let infembed_encoder::Backbone::Bert(model) = &enc.backbone else {
+        panic!("tiny-bert is a BERT");
+    };
+    let f32_bytes = std::fs::metadata(src.join("model.safetensors"))
+        .unwrap()
+        .len();
+    let path = dir.path().join("model.safetensors");
+    // burn's own module paths (no Hugging Face renames): the loader's renames leave them as
+    // they are.
+    let mut store = SafetensorsStore::from_file(&path)
+        .with_to_adapter(BurnToPyTorchAdapter.chain(FloatCastAdapter::to(DType::F16)))
+        .overwrite(true);
+    model.save_into(&mut store).unwrap();
+    let f16_bytes = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        f16_bytes < f32_bytes * 6 / 10,
+        "the file holds f16 tensors ({f16_bytes} vs {f32_bytes} bytes)"
+    );
+
+    let loaded = TextEncoder::from_dir(dir.path(), &device()).unwrap();
+    let mut rounded = TextEncoder::from_dir(&src, &device()).unwrap();
+    rounded.backbone = rounded.backbone.clone().map(&mut RoundToF16);
+    let texts = [
+        "the cat sat on the mat",
+        "find documents about the ocean and ships",
+    ];
+    let a = rows(loaded.encode(&texts).unwrap().embeddings);
+    let b = rows(rounded.encode(&texts).unwrap().embeddings);
+    let c = rows(enc.encode(&texts).unwrap().embeddings);
+    for r in 0..texts.len() {
+        let d = max_abs_diff(&a[r], &b[r]);
+        assert!(d <= 1e-6, "row {r}: f16 load vs rounded f32 weights: {d}");
+        assert!(max_abs_diff(&a[r], &c[r]) > 1e-6, "f16 rounding shows");
+    }
+}
