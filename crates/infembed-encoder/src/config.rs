@@ -89,16 +89,21 @@ fn yes() -> bool {
 }
 
 impl StPoolingConfig {
-    /// The pooling it selects; exactly one supported mode must be on, and the prompt must
-    /// be pooled with the text (`include_prompt`).
+    /// The pooling it selects; exactly one supported mode must be on, and mean pooling must
+    /// include the prompt's tokens (`include_prompt`; the other modes do not look at them).
     pub fn pooling(&self, path: &Path) -> Result<Pooling> {
-        if !self.include_prompt {
+        let pooling = self.mode(path)?;
+        if !self.include_prompt && pooling == Pooling::Mean {
             return Err(Error::config(
                 path,
                 "include_prompt",
-                "false (prompt tokens left out of the pooling) is not supported",
+                "false (prompt tokens left out of the mean) is not supported",
             ));
         }
+        Ok(pooling)
+    }
+
+    fn mode(&self, path: &Path) -> Result<Pooling> {
         if let Some(mode) = &self.pooling_mode {
             let names: Vec<&str> = match mode {
                 serde_json::Value::String(s) => vec![s.as_str()],
@@ -192,6 +197,7 @@ pub enum Similarity {
     #[default]
     Cosine,
     /// Dot product of the raw embeddings.
+    #[serde(alias = "dot_product")]
     Dot,
 }
 
@@ -268,7 +274,7 @@ pub struct StDense {
 
 /// `config_sentence_transformers.json` (the fields this crate reads and writes).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct StModelConfig {
+pub(crate) struct StModelConfig {
     /// Named prompts, prepended to the text when `encode(.., prompt_name=..)` names one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub prompts: BTreeMap<String, String>,
@@ -352,17 +358,19 @@ impl SentenceTransformersConfig {
         let st_path = dir.join(ST_MODEL_CONFIG);
         if st_path.exists() {
             let cfg: StModelConfig = read_json(&st_path, "sentence-transformers settings")?;
-            out.similarity = match cfg.similarity_fn_name.as_deref() {
+            out.similarity = match &cfg.similarity_fn_name {
                 None => None,
-                Some("cosine") => Some(Similarity::Cosine),
-                Some("dot") | Some("dot_product") => Some(Similarity::Dot),
-                Some(other) => {
-                    return Err(Error::config(
-                        &st_path,
-                        "similarity_fn_name",
-                        format!("`{other}` is not supported (only `cosine` and `dot`)"),
-                    ));
-                }
+                Some(name) => Some(
+                    serde_json::from_value(serde_json::Value::String(name.clone())).map_err(
+                        |_| {
+                            Error::config(
+                                &st_path,
+                                "similarity_fn_name",
+                                format!("`{name}` is not supported (only `cosine` and `dot`)"),
+                            )
+                        },
+                    )?,
+                ),
             };
             if let Some(name) = &cfg.default_prompt_name
                 && !cfg.prompts.contains_key(name)
@@ -384,8 +392,10 @@ impl SentenceTransformersConfig {
         // Stage reached so far: 0 transformer, 1 pooling, 2 dense, 3 normalize.
         let mut stage = 0;
         self.normalize = Some(false);
-        for (i, m) in modules.iter().enumerate() {
+        for (pos, m) in modules.iter().enumerate() {
             let short = m.kind.rsplit('.').next().unwrap_or(&m.kind);
+            // Errors name the entry as `modules.json` numbers it (`idx`).
+            let i = m.idx;
             let (at, known) = match short {
                 TRANSFORMER => (0, true),
                 POOLING => (1, true),
@@ -405,8 +415,8 @@ impl SentenceTransformersConfig {
                 ));
             }
             let order_ok = match short {
-                TRANSFORMER => i == 0,
-                _ => i > 0 && at >= stage && !(at == stage && at != 2),
+                TRANSFORMER => pos == 0,
+                _ => pos > 0 && at >= stage && !(at == stage && at != 2),
             };
             if !order_ok {
                 return Err(Error::config(

@@ -9,9 +9,9 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{SentenceTransformersConfig, Similarity};
-use crate::encoder::{DEFAULT_MAX_LENGTH, Embedder, Encoded, ModelDir, TruncationCounter};
+use crate::encoder::{Embedder, Encoded, ModelDir, TruncationCounter, max_length};
 use crate::error::{Error, Result};
-use crate::head::{DenseLayer, load_dense};
+use crate::head::{DenseLayer, load_dense, output_width};
 use crate::interaction::{
     CrossAttention, CrossAttentionConfig, CrossAttentionKind, combine_tokens, combine_vectors,
 };
@@ -239,18 +239,38 @@ struct EncoderContext {
     st_config: SentenceTransformersConfig,
     pooling: Pooling,
     source_dir: PathBuf,
+    /// Whether `encode_passages` / `encode_queries` return unit vectors.
+    unit_vectors: bool,
+    /// How two embeddings are compared.
+    similarity: Similarity,
+}
+
+/// Whether a checkpoint's pipeline under `config` gives unit vectors: its own rule
+/// ([`SentenceTransformersConfig::unit_vectors`]), and always for Interaction II (whose
+/// combination normalizes).
+fn gives_unit_vectors(st: &SentenceTransformersConfig, config: &EncoderConfig) -> bool {
+    st.unit_vectors() || matches!(config.interaction, Interaction::CrossAttention(_))
 }
 
 /// The config with what the checkpoint supplies for what it leaves unset: the prefixes from
 /// the sentence-transformers prompts.
 fn resolve_prompts(mut config: EncoderConfig, st: &SentenceTransformersConfig) -> EncoderConfig {
+    // sentence-transformers' `encode_query` / `encode_document` fall back to the default
+    // prompt when the model has no prompt of their name.
+    let default = st
+        .default_prompt_name
+        .as_ref()
+        .and_then(|n| st.prompts.get(n));
     if config.query_prefix.is_empty()
-        && let Some(p) = st.prompts.get(QUERY_PROMPT)
+        && let Some(p) = st.prompts.get(QUERY_PROMPT).or(default)
     {
         config.query_prefix = p.clone();
     }
     if config.passage_prefix.is_empty()
-        && let Some(p) = PASSAGE_PROMPTS.iter().find_map(|n| st.prompts.get(*n))
+        && let Some(p) = PASSAGE_PROMPTS
+            .iter()
+            .find_map(|n| st.prompts.get(*n))
+            .or(default)
     {
         config.passage_prefix = p.clone();
     }
@@ -310,6 +330,8 @@ impl DualEncoder {
             },
             context: Arc::new(EncoderContext {
                 tokenizer,
+                unit_vectors: gives_unit_vectors(&st_config, &config),
+                similarity: st_config.similarity.unwrap_or_default(),
                 config,
                 arch,
                 st_config,
@@ -386,26 +408,42 @@ impl DualEncoder {
 
     /// Width of the embeddings (the last `Dense` module's output, else the backbone's).
     pub fn dim(&self) -> usize {
-        self.model
-            .dense
-            .last()
-            .map_or(self.arch().hidden_size(), DenseLayer::out_features)
+        output_width(&self.model.dense, self.arch())
     }
 
     /// Whether [`encode_passages`](Self::encode_passages) and
     /// [`encode_queries`](Self::encode_queries) return unit vectors
     /// ([`SentenceTransformersConfig::unit_vectors`]): always, except for a dot-product model
-    /// without `Normalize`. Training embeddings ([`encode_batch`](Self::encode_batch),
+    /// without `Normalize` under Interaction I (and not after
+    /// [`with_cosine_scoring`](Self::with_cosine_scoring)). Training embeddings
+    /// ([`encode_batch`](Self::encode_batch),
     /// [`embed_passage_texts`](Self::embed_passage_texts)) are unit vectors always.
     pub fn normalizes(&self) -> bool {
-        self.context.st_config.unit_vectors()
+        self.context.unit_vectors
     }
 
     /// How embeddings are compared (the checkpoint's `similarity_fn_name`, cosine by
-    /// default); with [`normalizes`](Self::normalizes), the dot product of two embeddings is
-    /// this similarity.
+    /// default); the dot product of two embeddings ranks as this similarity does.
     pub fn similarity(&self) -> Similarity {
-        self.context.st_config.similarity.unwrap_or_default()
+        self.context.similarity
+    }
+
+    /// The same weights scoring by cosine, with unit vectors from every method: what the
+    /// training objectives optimize and what [`save`](Self::save) writes. The trainer
+    /// evaluates through it, so that a dot-product checkpoint is measured as it is trained.
+    pub fn with_cosine_scoring(mut self) -> Self {
+        let c = &self.context;
+        self.context = Arc::new(EncoderContext {
+            tokenizer: c.tokenizer.clone(),
+            config: c.config.clone(),
+            arch: c.arch.clone(),
+            st_config: c.st_config.clone(),
+            pooling: c.pooling,
+            source_dir: c.source_dir.clone(),
+            unit_vectors: true,
+            similarity: Similarity::Cosine,
+        });
+        self
     }
 
     /// Maximum tokens of a query-side text: the config's, else the checkpoint's
@@ -420,10 +458,7 @@ impl DualEncoder {
     }
 
     fn resolve_length(&self, explicit: Option<usize>) -> usize {
-        explicit
-            .or(self.context.st_config.max_seq_length)
-            .unwrap_or(DEFAULT_MAX_LENGTH)
-            .min(self.arch().max_positions())
+        max_length(explicit, &self.context.st_config, self.arch())
     }
 
     /// The checkpoint directory the encoder was loaded from.
@@ -440,6 +475,8 @@ impl DualEncoder {
         let pooling = config.pooling.unwrap_or(c.pooling);
         self.context = Arc::new(EncoderContext {
             tokenizer: c.tokenizer.clone(),
+            unit_vectors: c.unit_vectors || gives_unit_vectors(&c.st_config, &config),
+            similarity: c.similarity,
             config,
             arch: c.arch.clone(),
             st_config: c.st_config.clone(),

@@ -9,14 +9,27 @@ use burn::prelude::*;
 
 use crate::config::SentenceTransformersConfig;
 use crate::error::{Error, Result};
-use crate::head::{DenseLayer, apply_dense, load_dense};
+use crate::head::{DenseLayer, apply_dense, load_dense, output_width};
 use crate::models::{ArchitectureConfig, Backbone};
 use crate::pool::{Pooling, l2_normalize, pool};
 use crate::tokenize::{TextTokenizer, TokenBatch};
 
 /// The maximum length of a checkpoint without `max_seq_length` (capped by its position
 /// limit).
-pub(crate) const DEFAULT_MAX_LENGTH: usize = 512;
+const DEFAULT_MAX_LENGTH: usize = 512;
+
+/// A tower's maximum length: `explicit`, else the checkpoint's `max_seq_length`, else 512,
+/// never more than the model's position limit.
+pub(crate) fn max_length(
+    explicit: Option<usize>,
+    st: &SentenceTransformersConfig,
+    arch: &ArchitectureConfig,
+) -> usize {
+    explicit
+        .or(st.max_seq_length)
+        .unwrap_or(DEFAULT_MAX_LENGTH)
+        .min(arch.max_positions())
+}
 
 /// Embeddings of a batch of texts.
 #[derive(Debug, Clone)]
@@ -123,6 +136,10 @@ pub struct TextEncoder {
     pub normalize: bool,
     /// Maximum tokens per text (special tokens included); longer texts are truncated.
     pub max_length: usize,
+    /// Prepended to every text: the checkpoint's default prompt (`default_prompt_name` in
+    /// `config_sentence_transformers.json`), as sentence-transformers' `encode` does; empty
+    /// when there is none.
+    pub prompt: String,
     /// The directory the model came from.
     pub source_dir: PathBuf,
     device: Device,
@@ -146,13 +163,17 @@ impl TextEncoder {
         let dense = load_dense(&st_config.dense, arch.hidden_size(), device)?;
         let pooling = st_config.pooling.unwrap_or_else(|| arch.default_pooling());
         let normalize = st_config.unit_vectors();
-        let max_length = st_config
-            .max_seq_length
-            .unwrap_or(DEFAULT_MAX_LENGTH)
-            .min(arch.max_positions());
+        let max_length = max_length(None, &st_config, &arch);
+        let prompt = st_config
+            .default_prompt_name
+            .as_ref()
+            .and_then(|n| st_config.prompts.get(n))
+            .cloned()
+            .unwrap_or_default();
         Ok(Self {
             backbone,
             dense,
+            prompt,
             tokenizer,
             arch,
             st_config,
@@ -172,9 +193,7 @@ impl TextEncoder {
 
     /// Width `d` of the embeddings (the last `Dense` module's output, else the backbone's).
     pub fn dim(&self) -> usize {
-        self.dense
-            .last()
-            .map_or(self.arch.hidden_size(), DenseLayer::out_features)
+        output_width(&self.dense, &self.arch)
     }
 
     /// Total number of texts truncated by this encoder (and its clones) so far.
@@ -195,14 +214,26 @@ impl TextEncoder {
         }
     }
 
+    /// The texts with the default prompt in front.
+    fn prompted(&self, texts: &[&str]) -> Vec<String> {
+        texts
+            .iter()
+            .map(|t| format!("{}{t}", self.prompt))
+            .collect()
+    }
+
     /// Token-level last-layer states of `texts` (one forward pass for the whole slice).
     pub fn token_states(&self, texts: &[&str]) -> Result<TokenStates> {
-        self.embedder().token_states(texts)
+        let texts = self.prompted(texts);
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        self.embedder().token_states(&refs)
     }
 
     /// Embeds `texts` in one forward pass (padded to the longest of them).
     pub fn encode(&self, texts: &[&str]) -> Result<Encoded> {
-        let (pooled, truncated) = self.embedder().pooled_batch(texts)?;
+        let texts = self.prompted(texts);
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let (pooled, truncated) = self.embedder().pooled_batch(&refs)?;
         let embeddings = if self.normalize {
             l2_normalize(pooled)
         } else {
@@ -217,7 +248,9 @@ impl TextEncoder {
     /// Embeds any number of texts, `batch_size` at a time after sorting them by token
     /// length (so each batch pads little), and returns `[texts.len(), d]` in input order.
     pub fn encode_sorted(&self, texts: &[&str], batch_size: usize) -> Result<Encoded> {
-        let (pooled, truncated) = self.embedder().pooled_sorted(texts, batch_size)?;
+        let texts = self.prompted(texts);
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let (pooled, truncated) = self.embedder().pooled_sorted(&refs, batch_size)?;
         let embeddings = if self.normalize {
             l2_normalize(pooled)
         } else {

@@ -25,7 +25,7 @@ pub struct DenseLayer {
 
 impl DenseLayer {
     /// Builds the layer `spec` describes and loads its weights from its directory.
-    pub fn load(spec: &StDense, device: &Device) -> Result<Self> {
+    pub(crate) fn load(spec: &StDense, device: &Device) -> Result<Self> {
         let c = &spec.config;
         let path = spec.dir.join(DENSE_WEIGHTS);
         if !path.exists() {
@@ -113,6 +113,16 @@ pub(crate) fn load_dense(
         out.push(DenseLayer::load(spec, device)?);
     }
     Ok(out)
+}
+
+/// Width of the embeddings after `layers` (the last one's output, else the backbone's).
+pub(crate) fn output_width(
+    layers: &[DenseLayer],
+    arch: &crate::models::ArchitectureConfig,
+) -> usize {
+    layers
+        .last()
+        .map_or(arch.hidden_size(), DenseLayer::out_features)
 }
 
 /// Applies the layers in order.

@@ -55,9 +55,7 @@ mod save;
 mod tokenize;
 mod weights;
 
-pub use config::{
-    DenseActivation, SentenceTransformersConfig, Similarity, StDense, StDenseConfig, StModelConfig,
-};
+pub use config::{DenseActivation, SentenceTransformersConfig, Similarity, StDense, StDenseConfig};
 pub use device::{DeviceListing, DeviceSpec, Precision, list_devices, missing_backends};
 pub use dual::{
     BatchEmbeddings, BatchRow, BatchTexts, DualEncoder, DualEncoderModel, EncoderConfig,

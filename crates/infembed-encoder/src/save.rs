@@ -144,13 +144,9 @@ fn save_tower(
         st.prompts.insert((*name).to_string(), text.clone());
     }
     if let Some(sim) = files.similarity {
-        st.similarity_fn_name = Some(
-            match sim {
-                Similarity::Cosine => "cosine",
-                Similarity::Dot => "dot",
-            }
-            .to_string(),
-        );
+        st.similarity_fn_name = serde_json::to_value(sim)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string));
     }
     if st != StModelConfig::default() || st_src.exists() {
         write_json(&dir.join(ST_MODEL_CONFIG), &st)?;
@@ -211,7 +207,8 @@ impl DualEncoder {
         }
         // Training scores by cosine on unit vectors, so a saved dual encoder normalizes; a
         // dot-product source is recorded as cosine so the files agree with each other.
-        let similarity = (self.similarity() != Similarity::Cosine).then_some(Similarity::Cosine);
+        let similarity =
+            (self.st_config().similarity == Some(Similarity::Dot)).then_some(Similarity::Cosine);
         let hidden = self.arch().hidden_size();
         save_tower(
             &self.model().query_tower,

@@ -284,18 +284,36 @@ fn sharded_checkpoint_problems_are_named() {
         "{err}"
     );
 
-    // The index lists a tensor in a shard that does not hold it: the model's parameters
-    // are then missing, named.
+    // The second shard holds the first one's tensors: the parameters of the second are in
+    // no file, named with the index.
     let dir = edited("tiny-qwen2-bf16-sharded", |d| {
-        edit_json(&d.join("model.safetensors.index.json"), |idx| {
-            let map = idx["weight_map"].as_object_mut().unwrap();
-            for v in map.values_mut() {
-                *v = "model-00001-of-00002.safetensors".into();
-            }
-        })
+        std::fs::copy(
+            d.join("model-00001-of-00002.safetensors"),
+            d.join("model-00002-of-00002.safetensors"),
+        )
+        .unwrap();
     });
+    let index = read_json(&fixture(
+        "tiny-qwen2-bf16-sharded/model.safetensors.index.json",
+    ));
+    let in_second: Vec<String> = index["weight_map"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, f)| *f == "model-00002-of-00002.safetensors")
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert!(!in_second.is_empty());
     let err = TextEncoder::from_dir(dir.path(), &device()).unwrap_err();
     assert!(matches!(err, Error::WeightsMismatch { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("model.safetensors.index.json"), "{msg}");
+    // Hugging Face names as in the index (the module path drops the `model.` prefix, if any).
+    let named = in_second
+        .iter()
+        .filter(|k| msg.contains(k.trim_start_matches("model.")))
+        .count();
+    assert!(named > 0, "no tensor of the second shard is named: {msg}");
 
     // No weights at all.
     let dir = edited("tiny-qwen2-bf16-sharded", |d| {

@@ -1,5 +1,6 @@
 //! Dense retrieval with an [`infembed_encoder::DualEncoder`]: passages and instruction-aware queries
-//! are embedded (L2-normalised) and scored by their dot product, i.e. cosine similarity.
+//! are embedded and scored by their dot product: cosine similarity for unit vectors (every model
+//! but a dot-product one without `Normalize`), the model's own dot product otherwise.
 
 use std::path::Path;
 

@@ -287,6 +287,21 @@ pub fn require_program(test: &str, program: &str, package: &str) -> bool {
     found
 }
 
+/// Copies the files of `from`, and of its sub-directories, into `to` (created if needed):
+/// tests edit copies of the vendored fixtures, never the fixtures themselves.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create the copy's directory");
+    for entry in std::fs::read_dir(from).expect("read the fixture directory") {
+        let entry = entry.expect("fixture directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).expect("copy a fixture file");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

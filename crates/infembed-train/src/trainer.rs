@@ -173,7 +173,10 @@ impl Trainer {
         let loss = config.loss.init()?;
         let needs_instructions = loss.objective().variables().contains(Variable::I);
         let plain = device.clone().inner();
-        let loaded = DualEncoder::from_dir(&config.model, config.encoder.clone(), &plain)?;
+        // The objectives score by cosine: the encoder used for dev evaluation does too, so a
+        // dot-product checkpoint is measured as it is trained (and as it is saved).
+        let loaded = DualEncoder::from_dir(&config.model, config.encoder.clone(), &plain)?
+            .with_cosine_scoring();
         let encoder = loaded.with_model(loaded.model().clone().train(), &plain.autodiff());
         let devices: Vec<Device> = devices
             .iter()

@@ -13,6 +13,7 @@ use infembed_encoder::{
     QueryTemplate, Towers,
 };
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
+use infembed_testkit::copy_dir;
 use infembed_train::{TrainConfig, Trainer};
 
 /// burn's CPU backend has one random generator per process: tests that train hold this lock.
@@ -75,19 +76,6 @@ fn without_dropout(name: &str, dir: &Path) -> PathBuf {
     out
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
-}
-
 /// Overfits one repeated batch of 6 records (a dropout-free copy of fixture `name`) for
 /// `steps` steps at learning rate `lr`; returns the loss history and checks the saved model
 /// against the trainer's own encoder.
@@ -120,7 +108,12 @@ fn overfit(
 
     // The saved model embeds as the trained encoder does.
     let trained = t.encoder();
-    let saved = DualEncoder::load_saved(s.final_dir.unwrap(), &Device::flex()).unwrap();
+    assert!(trained.normalizes(), "the trainer scores by cosine");
+    let final_dir = s.final_dir.unwrap();
+    let saved = DualEncoder::load_saved(&final_dir, &Device::flex()).unwrap();
+    assert!(saved.normalizes());
+    assert_eq!(saved.dim(), trained.dim());
+    assert_eq!(saved.model().dense.len(), trained.model().dense.len());
     assert_eq!(saved.pooling(), trained.pooling());
     assert_eq!(saved.config().towers, trained.config().towers);
     let passages = [text(1, 6), text(40, 5)];
@@ -212,4 +205,17 @@ fn separate_towers_train() {
     };
     let loss = LossConfig::new(ObjectiveKind::Univariate, &[Variable::P]);
     assert_falls(&overfit("tiny-bert", encoder, loss, 12, 3e-3), 0.8);
+}
+
+/// A sentence-transformers pipeline with a `Dense` module and dot-product similarity (no
+/// `Normalize`): the `Dense` layer trains with the backbone, the trainer's encoder scores by
+/// cosine as the objective does, and the saved model says so.
+#[test]
+fn a_dense_dot_product_checkpoint_trains_and_saves_as_cosine() {
+    let encoder = EncoderConfig {
+        interaction: interaction_one(),
+        ..EncoderConfig::default()
+    };
+    let loss = LossConfig::new(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
+    assert_falls(&overfit("tiny-bert-dense", encoder, loss, 12, 3e-3), 0.8);
 }

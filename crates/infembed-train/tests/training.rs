@@ -12,6 +12,7 @@ use infembed_data::InfIrRecord;
 use infembed_encoder::DeviceSpec;
 use infembed_encoder::{DualEncoder, DualEncoderModel, EncoderConfig, Interaction, QueryTemplate};
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
+use infembed_testkit::copy_dir;
 use infembed_train::{
     TrainBatch, TrainConfig, Trainer, clip_global_norm, full_batch_step, global_norm,
     grad_cache_step, multi_device_step,
@@ -40,19 +41,6 @@ fn tiny_bert_without_dropout(dir: &Path) -> PathBuf {
     cfg["attention_probs_dropout_prob"] = 0.0.into();
     std::fs::write(&cfg_path, cfg.to_string()).unwrap();
     out
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), target).unwrap();
-        }
-    }
 }
 
 const WORDS: [&str; 12] = [

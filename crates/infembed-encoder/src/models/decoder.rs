@@ -289,12 +289,15 @@ impl DecoderConfig {
             norm: norm(),
             head_dim: dh,
             theta: self.theta(),
-            // Validated when the config was read; a config built in code without
-            // validation gets plain rotary embeddings for a bad scaling.
-            rope_scaling: self
-                .llama3_rope_scaling(Path::new("config.json"))
-                .ok()
-                .flatten(),
+            // Validated when the config was read from a file; a config built in code with
+            // a bad scaling gets plain rotary embeddings, and a warning.
+            rope_scaling: match self.llama3_rope_scaling(Path::new("<DecoderConfig>")) {
+                Ok(scaling) => scaling,
+                Err(e) => {
+                    log::warn!("{e}: using plain rotary embeddings");
+                    None
+                }
+            },
         }
     }
 

@@ -37,19 +37,8 @@ pub fn wgpu_device(test: &str) -> Option<Device> {
     }
 }
 
-/// Copies the files of `from` (and of its sub-directories) into `to`.
-pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
+#[allow(unused_imports)] // not every test binary copies fixtures
+pub use infembed_testkit::copy_dir;
 
 /// Rows of a `[N, d]` tensor.
 pub fn rows(t: Tensor<2>) -> Vec<Vec<f32>> {
