@@ -402,3 +402,57 @@ impl DecoderModel {
         self.norm.forward(x)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `config.json` files of the paper's decoders as published (Qwen2.5-0.5B and
+    /// Llama-3.2-1B, written by transformers 4.x) parse and validate, with their values.
+    #[test]
+    fn published_decoder_configs_parse() {
+        let qwen: DecoderConfig = serde_json::from_str(
+            r#"{"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0,
+            "bos_token_id": 151643, "eos_token_id": 151643, "hidden_act": "silu",
+            "hidden_size": 896, "initializer_range": 0.02, "intermediate_size": 4864,
+            "max_position_embeddings": 32768, "max_window_layers": 24, "model_type": "qwen2",
+            "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+            "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000.0,
+            "sliding_window": 32768, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+            "transformers_version": "4.40.1", "use_cache": true, "use_sliding_window": false,
+            "vocab_size": 151936}"#,
+        )
+        .unwrap();
+        let path = Path::new("config.json");
+        qwen.validate(path).unwrap();
+        assert_eq!((qwen.kv_heads(), qwen.head_width()), (2, 64));
+        assert_eq!(qwen.theta(), 1_000_000.0);
+        assert_eq!(qwen.llama3_rope_scaling(path).unwrap(), None);
+
+        let llama: DecoderConfig = serde_json::from_str(
+            r#"{"architectures": ["LlamaForCausalLM"], "attention_bias": false,
+            "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001,
+            "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+            "initializer_range": 0.02, "intermediate_size": 8192,
+            "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+            "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+            "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+            "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+            "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+            "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256}"#,
+        )
+        .unwrap();
+        llama.validate(path).unwrap();
+        assert_eq!(llama.theta(), 500_000.0);
+        assert_eq!(
+            llama.llama3_rope_scaling(path).unwrap(),
+            Some(Llama3RopeScaling {
+                factor: 32.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position_embeddings: 8192.0,
+            })
+        );
+    }
+}
