@@ -23,6 +23,19 @@ pub struct EvalOptions {
     /// Evaluate queries in parallel (rayon's global pool). Ignored without the `parallel`
     /// feature. The results are bit-for-bit the same either way. Default `true`.
     pub parallel: bool,
+    /// trec_eval's `-l`: the lowest label that counts as relevant for the binary measures
+    /// (`map`, `P`, `recall`, `Rprec`, `recip_rank`, `success`, `num_rel`, `num_rel_ret`;
+    /// TREC DL uses 2 for `map` and recall). nDCG's gains stay the labels, as in trec_eval.
+    /// Default 1; values below 1 act as 1.
+    pub relevance_level: i32,
+    /// trec_eval's `-J`: rank only the judged documents of each query (unjudged ones are
+    /// dropped before ranking, so they neither count as retrieved nor push others down). As in
+    /// trec_eval, a document judged with a negative label counts as unjudged here. Default
+    /// `false`.
+    pub judged_only: bool,
+    /// trec_eval's `-M`: consider only each query's first `max_docs` ranked documents (after
+    /// `judged_only`). Default `None`: all of them.
+    pub max_docs: Option<usize>,
 }
 
 impl Default for EvalOptions {
@@ -31,6 +44,9 @@ impl Default for EvalOptions {
             tie_break: TieBreak::TrecEval,
             complete: false,
             parallel: true,
+            relevance_level: 1,
+            judged_only: false,
+            max_docs: None,
         }
     }
 }
@@ -121,15 +137,31 @@ impl Evaluation {
     /// Writes trec_eval-style text (`name<TAB>query<TAB>value`): per query first when
     /// `per_query` (as `trec_eval -q`), then the summary under the query id `all`, starting with
     /// `num_q`. Counts print as integers, everything else with 4 decimals.
-    pub fn write_trec_eval(&self, mut writer: impl Write, per_query: bool) -> Result<()> {
-        self.write_lines(&mut writer, per_query)
+    pub fn write_trec_eval(&self, writer: impl Write, per_query: bool) -> Result<()> {
+        let format = TrecEvalFormat {
+            per_query,
+            ..TrecEvalFormat::default()
+        };
+        self.write_trec_eval_as(writer, &format)
+    }
+
+    /// Writes trec_eval-style text as `format` says: the measures in the order given (see
+    /// [`Measure::sort_trec_eval`] for trec_eval's own), per query first when asked, then the
+    /// summary lines under `all`, led by `runid` and `num_q` when asked.
+    pub fn write_trec_eval_as(
+        &self,
+        mut writer: impl Write,
+        format: &TrecEvalFormat,
+    ) -> Result<()> {
+        self.write_lines(&mut writer, format)
             .map_err(|source| Error::Io {
                 path: PathBuf::from(WRITER_NAME),
                 source,
             })
     }
 
-    fn write_lines(&self, writer: &mut impl Write, per_query: bool) -> std::io::Result<()> {
+    fn write_lines(&self, writer: &mut impl Write, format: &TrecEvalFormat) -> std::io::Result<()> {
+        let per_query = format.per_query;
         fn line(w: &mut impl Write, m: Measure, q: &str, v: f64) -> std::io::Result<()> {
             if m.is_count() {
                 writeln!(w, "{:<22}\t{q}\t{v:.0}", m.to_string())
@@ -145,13 +177,52 @@ impl Evaluation {
                 }
             }
         }
-        writeln!(writer, "{:<22}\tall\t{}", "num_q", self.num_queries())?;
+        if let Some(runid) = &format.runid {
+            writeln!(writer, "{:<22}\tall\t{runid}", "runid")?;
+        }
+        if format.num_q {
+            writeln!(writer, "{:<22}\tall\t{}", "num_q", self.num_queries())?;
+        }
         for &measure in &self.measures {
             if let Some(v) = self.summary(measure) {
                 line(writer, measure, "all", v)?;
             }
         }
         Ok(())
+    }
+}
+
+/// How [`Evaluation::write_trec_eval_as`] lays out trec_eval's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TrecEvalFormat {
+    /// Per-query lines before the summary (`trec_eval -q`). Default `false`.
+    pub per_query: bool,
+    /// The `runid` summary line with this tag (trec_eval's `runid` measure, part of its
+    /// `official` and `all_trec` sets). Default `None`: no line.
+    pub runid: Option<String>,
+    /// The `num_q` summary line (trec_eval's `num_q` measure). Default `true`.
+    pub num_q: bool,
+}
+
+impl Default for TrecEvalFormat {
+    fn default() -> Self {
+        Self {
+            per_query: false,
+            runid: None,
+            num_q: true,
+        }
+    }
+}
+
+impl TrecEvalFormat {
+    /// The layout with per-query lines or not, a `runid` line or not, a `num_q` line or not.
+    pub fn new(per_query: bool, runid: Option<String>, num_q: bool) -> Self {
+        Self {
+            per_query,
+            runid,
+            num_q,
+        }
     }
 }
 
@@ -188,11 +259,10 @@ pub fn evaluate_with(
         .collect();
     let n = measures.len();
     let mut values = vec![0.0; jobs.len() * n];
-    let tie = options.tie_break;
     let work = |scratch: &mut Scratch, out: &mut [f64], job: &(&str, &QueryQrels, &QueryRun)| {
-        scratch.rank_relevant(job.1, job.2, tie);
+        let num_ret = scratch.rank_relevant(job.1, job.2, options);
         for (slot, &measure) in out.iter_mut().zip(measures) {
-            *slot = scratch.value(measure, job.1, job.2.len());
+            *slot = scratch.value(measure, job.1, num_ret);
         }
     };
     if n > 0 {
@@ -265,22 +335,48 @@ struct Hit {
 struct Scratch {
     relevant: Vec<Relevant>,
     counts: Vec<usize>,
-    /// Ranks (ascending) and labels of the retrieved relevant documents.
+    /// Ranks (ascending) and labels of the retrieved documents with a positive label (nDCG's
+    /// gains).
     hits: Vec<Hit>,
+    /// The hits whose label reaches the relevance level, when it is above 1 (the binary
+    /// measures' relevant documents; with level 1 they are `hits`).
+    binary_hits: Vec<Hit>,
+    /// The relevance level of the current query's ranking.
+    level: i32,
 }
 
 impl Scratch {
-    /// Fills `hits` with the ranks of `docs`' relevant documents under `tie`.
+    /// Fills `hits` with the ranks of `docs`' relevant documents under the options' tie rule,
+    /// among the judged documents only with `judged_only`, cut at `max_docs`; returns the
+    /// number of documents retrieved under those rules.
     ///
     /// Instead of sorting all documents, sorts only the relevant ones and then, in one pass over
     /// all documents, counts for each relevant document how many documents precede it (a binary
     /// search among the sorted relevant documents per document, then a prefix sum). The ranks
     /// are exactly those of a full sort.
-    fn rank_relevant(&mut self, judged: &QueryQrels, docs: &QueryRun, tie: TieBreak) {
+    fn rank_relevant(
+        &mut self,
+        judged: &QueryQrels,
+        docs: &QueryRun,
+        options: &EvalOptions,
+    ) -> usize {
+        let tie = options.tie_break;
         self.relevant.clear();
         self.hits.clear();
+        self.binary_hits.clear();
+        self.level = options.relevance_level.max(1);
+        // trec_eval reads a negative label as "unjudged" (its own marker is -1).
+        let counted = |index: usize| {
+            !options.judged_only || judged.label(docs.doc(index)).is_some_and(|l| l >= 0)
+        };
+        let considered = if options.judged_only {
+            (0..docs.len()).filter(|&i| counted(i)).count()
+        } else {
+            docs.len()
+        };
+        let num_ret = options.max_docs.map_or(considered, |m| considered.min(m));
         if judged.num_relevant() == 0 {
-            return;
+            return num_ret;
         }
         for index in 0..docs.len() {
             if let Some(label) = judged.label(docs.doc(index))
@@ -292,7 +388,7 @@ impl Scratch {
         }
         let r = self.relevant.len();
         if r == 0 {
-            return;
+            return num_ret;
         }
         self.relevant.sort_unstable_by(|a, b| {
             tie.compare(a.key, docs.doc(a.index), b.key, docs.doc(b.index))
@@ -301,6 +397,9 @@ impl Scratch {
         self.counts.resize(r + 1, 0);
         let relevant = &self.relevant;
         for index in 0..docs.len() {
+            if !counted(index) {
+                continue;
+            }
             let key = tie.key(docs.score(index));
             let doc = docs.doc(index);
             // Relevant documents ranked before this one.
@@ -317,20 +416,46 @@ impl Scratch {
         let mut preceding = 0;
         for (j, rel) in relevant.iter().enumerate() {
             preceding += self.counts[j];
+            let rank = preceding + 1;
+            if rank > num_ret {
+                // Past `max_docs` (ranks only grow from here).
+                break;
+            }
             self.hits.push(Hit {
-                rank: preceding + 1,
+                rank,
                 label: rel.label,
             });
         }
+        if self.level > 1 {
+            let level = self.level;
+            self.binary_hits
+                .extend(self.hits.iter().filter(|h| h.label >= level));
+        }
+        num_ret
     }
 
-    /// Number of hits within the top `k`.
+    /// The retrieved documents that count as relevant for the binary measures.
+    fn binary(&self) -> &[Hit] {
+        if self.level > 1 {
+            &self.binary_hits
+        } else {
+            &self.hits
+        }
+    }
+
+    /// Number of relevant hits within the top `k`.
     fn hits_within(&self, k: usize) -> usize {
-        self.hits.partition_point(|h| h.rank <= k)
+        self.binary().partition_point(|h| h.rank <= k)
     }
 
     fn value(&self, measure: Measure, judged: &QueryQrels, num_ret: usize) -> f64 {
-        let num_rel = judged.num_relevant();
+        // Relevant at the level: the ideal gains are the positive labels, sorted descending.
+        let num_rel = if self.level > 1 {
+            let level = self.level;
+            judged.ideal_gains().partition_point(|&g| g >= level)
+        } else {
+            judged.num_relevant()
+        };
         let over_rel = |x: f64| {
             if num_rel == 0 {
                 0.0
@@ -341,18 +466,18 @@ impl Scratch {
         match measure {
             Measure::NumRet => num_ret as f64,
             Measure::NumRel => num_rel as f64,
-            Measure::NumRelRet => self.hits.len() as f64,
+            Measure::NumRelRet => self.binary().len() as f64,
             Measure::Map => over_rel(self.precision_sum(usize::MAX)),
             Measure::MapCut(k) => over_rel(self.precision_sum(k)),
             Measure::P(k) => self.hits_within(k) as f64 / k as f64,
             Measure::Recall(k) => over_rel(self.hits_within(k) as f64),
             Measure::Rprec => over_rel(self.hits_within(num_rel) as f64),
-            Measure::RecipRank => self.hits.first().map_or(0.0, |h| 1.0 / h.rank as f64),
-            Measure::RecipRankCut(k) => match self.hits.first() {
+            Measure::RecipRank => self.binary().first().map_or(0.0, |h| 1.0 / h.rank as f64),
+            Measure::RecipRankCut(k) => match self.binary().first() {
                 Some(h) if h.rank <= k => 1.0 / h.rank as f64,
                 _ => 0.0,
             },
-            Measure::Success(k) => match self.hits.first() {
+            Measure::Success(k) => match self.binary().first() {
                 Some(h) if h.rank <= k => 1.0,
                 _ => 0.0,
             },
@@ -363,7 +488,7 @@ impl Scratch {
 
     /// Sum of the precision at each relevant document ranked within the top `k`.
     fn precision_sum(&self, k: usize) -> f64 {
-        self.hits
+        self.binary()
             .iter()
             .take_while(|h| h.rank <= k)
             .enumerate()

@@ -47,7 +47,7 @@ mod tie;
 mod trec_file;
 
 pub use error::{Error, ParseErrorKind, Result};
-pub use evaluate::{EvalOptions, Evaluation, evaluate, evaluate_with};
+pub use evaluate::{EvalOptions, Evaluation, TrecEvalFormat, evaluate, evaluate_with};
 pub use measure::{Measure, TREC_EVAL_CUTOFFS, TREC_EVAL_SUCCESS_CUTOFFS};
 pub use pmrr::{PMrr, PMrrDocument, p_mrr, p_mrr_document_score};
 pub use qrels::{Qrels, QueryQrels};

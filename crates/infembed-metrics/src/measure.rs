@@ -103,6 +103,90 @@ impl Measure {
         all
     }
 
+    /// The measures (of those this crate implements) of trec_eval's `official` set: the counts,
+    /// `map`, `Rprec`, `recip_rank` and `P` at trec_eval's cut-offs (trec_eval adds `gm_map`,
+    /// `bpref` and `iprec_at_recall`, which this crate does not compute).
+    pub fn trec_eval_official() -> Vec<Measure> {
+        let mut out = vec![
+            Measure::NumRet,
+            Measure::NumRel,
+            Measure::NumRelRet,
+            Measure::Map,
+            Measure::Rprec,
+            Measure::RecipRank,
+        ];
+        out.extend(TREC_EVAL_CUTOFFS.map(Measure::P));
+        out
+    }
+
+    /// Parses one argument of trec_eval's `-m` as trec_eval reads it: a set (`all_trec`,
+    /// `official`), a measure (`map`), a family with its cut-offs after a dot (`P.5,10`,
+    /// `ndcg_cut.10`) or without them (`ndcg_cut`: trec_eval's default cut-offs), or a single
+    /// measure in this crate's spelling (`ndcg_cut_10`). Unknown names and parameters are
+    /// [`Error::UnknownMeasure`] naming the argument.
+    pub fn parse_trec_eval(spec: &str) -> Result<Vec<Measure>> {
+        let spec = spec.trim();
+        match spec {
+            "all_trec" => return Ok(Self::trec_eval_all()),
+            "official" => return Ok(Self::trec_eval_official()),
+            _ => {}
+        }
+        let (family, params) = match spec.split_once('.') {
+            Some((f, p)) => (f, Some(p)),
+            None => (spec, None),
+        };
+        let defaults: &[usize] = match family {
+            "P" | "recall" | "ndcg_cut" | "map_cut" => &TREC_EVAL_CUTOFFS,
+            "success" => &TREC_EVAL_SUCCESS_CUTOFFS,
+            "recip_rank_cut" => &[],
+            _ if params.is_none() => return Ok(vec![spec.parse()?]),
+            _ => &[],
+        };
+        let unknown = || Error::UnknownMeasure {
+            name: spec.to_owned(),
+        };
+        let cutoffs: Vec<String> = match params {
+            None if !defaults.is_empty() => defaults.iter().map(usize::to_string).collect(),
+            None => return Err(unknown()),
+            Some(p) => p.split(',').map(str::to_owned).collect(),
+        };
+        let mut out = Vec::with_capacity(cutoffs.len());
+        for k in cutoffs {
+            if k.is_empty() || !k.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(unknown());
+            }
+            let measure: Measure = format!("{family}_{k}").parse().map_err(|e| match e {
+                Error::UnknownMeasure { .. } => unknown(),
+                other => other,
+            })?;
+            if !out.contains(&measure) {
+                out.push(measure);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sorts measures into the order trec_eval prints them in (its measure table: the counts,
+    /// `map`, `Rprec`, `recip_rank`, `P`, `recall`, `ndcg`, `ndcg_cut`, `map_cut`, `success`,
+    /// each family by cut-off), whatever order they were asked for in.
+    pub fn sort_trec_eval(measures: &mut [Measure]) {
+        measures.sort_by_key(|m| match *m {
+            Measure::NumRet => (0, 0),
+            Measure::NumRel => (1, 0),
+            Measure::NumRelRet => (2, 0),
+            Measure::Map => (3, 0),
+            Measure::Rprec => (4, 0),
+            Measure::RecipRank => (5, 0),
+            Measure::P(k) => (6, k),
+            Measure::Recall(k) => (7, k),
+            Measure::Ndcg => (8, 0),
+            Measure::NdcgCut(k) => (9, k),
+            Measure::MapCut(k) => (10, k),
+            Measure::Success(k) => (11, k),
+            Measure::RecipRankCut(k) => (12, k),
+        });
+    }
+
     /// Parses a list of measure names separated by commas and/or whitespace, e.g.
     /// `"map, ndcg_cut_10 P_5"`, dropping repeats (first occurrence kept).
     pub fn parse_list(names: &str) -> Result<Vec<Measure>> {

@@ -93,16 +93,22 @@ fn naive_ranking(run: &BTreeMap<usize, f64>, tie: TieBreak) -> Vec<String> {
     docs.into_iter().map(|(d, _)| d).collect()
 }
 
-/// The value of `measure` from its definition.
-fn naive_value(measure: Measure, ranked: &[String], qrels: &BTreeMap<usize, i32>) -> f64 {
+/// The value of `measure` from its definition, with documents labelled `level` or more
+/// relevant for the binary measures (trec_eval's `-l`; nDCG's gains stay the labels).
+fn naive_value(
+    measure: Measure,
+    ranked: &[String],
+    qrels: &BTreeMap<usize, i32>,
+    level: i32,
+) -> f64 {
     let label = |d: &str| -> i32 {
         qrels
             .iter()
             .find(|(k, _)| doc(**k) == d)
             .map_or(0, |(_, l)| *l)
     };
-    let relevant = |d: &str| label(d) >= 1;
-    let num_rel = qrels.values().filter(|&&l| l >= 1).count();
+    let relevant = |d: &str| label(d) >= level;
+    let num_rel = qrels.values().filter(|&&l| l >= level).count();
     let rel_in_top = |k: usize| ranked.iter().take(k).filter(|d| relevant(d)).count();
     let div = |x: f64| {
         if num_rel == 0 {
@@ -220,11 +226,25 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     #[test]
-    fn evaluate_matches_naive_reference(queries in queries(), tie in tie_rule(), complete in any::<bool>()) {
+    fn evaluate_matches_naive_reference(
+        queries in queries(),
+        tie in tie_rule(),
+        complete in any::<bool>(),
+        level in prop::sample::select(vec![1, 1, 2, 3]),
+        judged_only in prop::bool::weighted(0.3),
+        max_docs in prop::option::weighted(0.3, 1..20usize),
+    ) {
         let run = Run::from_entries(run_entries(&queries)).unwrap();
         let qrels = qrels_of(&queries);
         let measures = measures();
-        let options = EvalOptions { tie_break: tie, complete, parallel: false };
+        let options = EvalOptions {
+            tie_break: tie,
+            complete,
+            parallel: false,
+            relevance_level: level,
+            judged_only,
+            max_docs,
+        };
         let eval = evaluate_with(&qrels, &run, &measures, &options).unwrap();
         let mut expected_queries = Vec::new();
         for (q, query) in queries.iter().enumerate() {
@@ -237,9 +257,17 @@ proptest! {
             }
             expected_queries.push(id.clone());
             let empty = BTreeMap::new();
-            let ranked = naive_ranking(if in_run { &query.run } else { &empty }, tie);
+            let mut ranked = naive_ranking(if in_run { &query.run } else { &empty }, tie);
+            // trec_eval's -J (judged documents only; a negative label reads as unjudged),
+            // then -M (the first max_docs).
+            if judged_only {
+                ranked.retain(|d| query.qrels.iter().any(|(k, &l)| doc(*k) == *d && l >= 0));
+            }
+            if let Some(m) = max_docs {
+                ranked.truncate(m);
+            }
             for &m in &measures {
-                let want = naive_value(m, &ranked, &query.qrels);
+                let want = naive_value(m, &ranked, &query.qrels, level);
                 let got = eval.value(&id, m).unwrap();
                 prop_assert!(close(got, want), "{id} {m}: got {got}, want {want}");
                 if !m.is_count() {
@@ -271,7 +299,7 @@ proptest! {
         let measures = measures();
         let run = Run::from_entries(run_entries(&queries)).unwrap();
         let run_shuffled = Run::from_entries(shuffled).unwrap();
-        let seq = EvalOptions { tie_break: tie, complete: false, parallel: false };
+        let seq = EvalOptions { tie_break: tie, complete: false, parallel: false, ..EvalOptions::default() };
         let par = EvalOptions { parallel: true, ..seq };
         let a = evaluate_with(&qrels, &run, &measures, &seq).unwrap();
         let b = evaluate_with(&qrels, &run_shuffled, &measures, &seq).unwrap();

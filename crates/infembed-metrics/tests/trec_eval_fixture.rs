@@ -204,3 +204,53 @@ fn trec_eval_text_output_reproduces_summary_lines() {
     }
     assert_eq!(ours.len(), measures.len() + 1);
 }
+
+/// trec_eval's `-l` and `-J` on graded qrels (`fixtures/trec_eval_options`, values from
+/// trec_eval's C code through pytrec_eval): every query and measure, to 1e-9.
+#[test]
+fn relevance_level_and_judged_only_match_trec_eval() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let qrels = Qrels::read(dir.join("trec_eval_options/qrels.graded")).unwrap();
+    let run = Run::read(dir.join("trec_eval/results.test")).unwrap();
+    let expected: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("trec_eval_options/expected.json")).unwrap(),
+    )
+    .unwrap();
+    let mut checked = 0;
+    let mut differ_by_option = false;
+    for case in expected["cases"].as_array().unwrap() {
+        let options = EvalOptions {
+            relevance_level: case["relevance_level"].as_i64().unwrap() as i32,
+            judged_only: case["judged_only"].as_bool().unwrap(),
+            ..Default::default()
+        };
+        let values = case["values"].as_object().unwrap();
+        let names: Vec<&String> = values
+            .values()
+            .next()
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect();
+        let measures: Vec<Measure> = names.iter().map(|n| n.parse().unwrap()).collect();
+        let eval = evaluate_with(&qrels, &run, &measures, &options).unwrap();
+        let plain = evaluate_with(&qrels, &run, &measures, &EvalOptions::default()).unwrap();
+        for (q, per_measure) in values {
+            for (name, want) in per_measure.as_object().unwrap() {
+                let m: Measure = name.parse().unwrap();
+                let want = want.as_f64().unwrap();
+                let got = eval.value(q, m).unwrap();
+                assert!(
+                    (got - want).abs() <= 1e-9,
+                    "{q} {name} at {:?}: got {got}, trec_eval {want}",
+                    (options.relevance_level, options.judged_only)
+                );
+                differ_by_option |= (plain.value(q, m).unwrap() - got).abs() > 1e-6;
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 4 * 3 * 15, "{checked} values");
+    assert!(differ_by_option, "the options change the values");
+}
