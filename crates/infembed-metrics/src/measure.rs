@@ -86,15 +86,8 @@ impl Measure {
     /// The measures (of those this crate implements) that `trec_eval -m all_trec` prints, with
     /// trec_eval's default cut-offs.
     pub fn trec_eval_all() -> Vec<Measure> {
-        let mut all = vec![
-            Measure::NumRet,
-            Measure::NumRel,
-            Measure::NumRelRet,
-            Measure::Map,
-            Measure::Rprec,
-            Measure::RecipRank,
-        ];
-        all.extend(TREC_EVAL_CUTOFFS.map(Measure::P));
+        // `official` is the head of `all_trec` in trec_eval's order.
+        let mut all = Self::trec_eval_official();
         all.extend(TREC_EVAL_CUTOFFS.map(Measure::Recall));
         all.push(Measure::Ndcg);
         all.extend(TREC_EVAL_CUTOFFS.map(Measure::NdcgCut));

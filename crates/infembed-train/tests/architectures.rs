@@ -3,8 +3,12 @@
 //! learnable weights; separate towers. Each run must drive the loss of a repeated batch
 //! down, and its saved model must reload to the trained encoder's embeddings.
 
+mod common;
+
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use common::{fixture, text, without_dropout};
 
 use burn::tensor::Device;
 use infembed_data::InfIrRecord;
@@ -13,29 +17,10 @@ use infembed_encoder::{
     QueryTemplate, Towers,
 };
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
-use infembed_testkit::copy_dir;
 use infembed_train::{TrainConfig, Trainer};
 
 /// burn's CPU backend has one random generator per process: tests that train hold this lock.
 static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../infembed-encoder/tests/fixtures")
-        .join(name)
-}
-
-const WORDS: [&str; 12] = [
-    "cat", "dog", "ocean", "ships", "news", "world", "mat", "models", "query", "hello", "find",
-    "recent",
-];
-
-fn text(seed: usize, len: usize) -> String {
-    (0..len)
-        .map(|i| WORDS[(seed * 7 + i * 5 + i * i) % WORDS.len()])
-        .collect::<Vec<_>>()
-        .join(" ")
-}
 
 fn write_records(path: &Path, n: usize) {
     let mut f = std::fs::File::create(path).unwrap();
@@ -52,28 +37,6 @@ fn write_records(path: &Path, n: usize) {
         .unwrap();
         writeln!(f, "{}", r.to_json()).unwrap();
     }
-}
-
-/// A copy of a fixture in `dir` with its dropout probabilities set to 0, so that the loss
-/// of a repeated batch falls steadily.
-fn without_dropout(name: &str, dir: &Path) -> PathBuf {
-    let out = dir.join(name);
-    std::fs::create_dir_all(&out).unwrap();
-    copy_dir(&fixture(name), &out);
-    let cfg_path = out.join("config.json");
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
-    for key in [
-        "hidden_dropout_prob",
-        "attention_probs_dropout_prob",
-        "attention_dropout",
-    ] {
-        if cfg.get(key).is_some() {
-            cfg[key] = 0.0.into();
-        }
-    }
-    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
-    out
 }
 
 /// Overfits one repeated batch of 6 records (a dropout-free copy of fixture `name`) for

@@ -2,24 +2,26 @@
 //! full-batch gradient, clipping matches a naive norm, runs are bit-identical for a seed, and
 //! a resumed run ends with the same weights as an uninterrupted one.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
+use common::{fixture, text, without_dropout};
 use infembed_data::InfIrRecord;
 use infembed_encoder::DeviceSpec;
 use infembed_encoder::{DualEncoder, DualEncoderModel, EncoderConfig, Interaction, QueryTemplate};
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
-use infembed_testkit::copy_dir;
 use infembed_train::{
     TrainBatch, TrainConfig, Trainer, clip_global_norm, full_batch_step, global_norm,
     grad_cache_step, multi_device_step,
 };
 
 fn tiny_bert() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../infembed-encoder/tests/fixtures/tiny-bert")
+    fixture("tiny-bert")
 }
 
 /// burn's CPU backend has one random generator per process (dropout draws from it): tests
@@ -32,27 +34,7 @@ fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
 
 /// A copy of the tiny BERT with dropout probabilities set to 0 (in `dir`).
 fn tiny_bert_without_dropout(dir: &Path) -> PathBuf {
-    let out = dir.join("tiny-bert-no-dropout");
-    copy_dir(&tiny_bert(), &out);
-    let cfg_path = out.join("config.json");
-    let mut cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
-    cfg["hidden_dropout_prob"] = 0.0.into();
-    cfg["attention_probs_dropout_prob"] = 0.0.into();
-    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
-    out
-}
-
-const WORDS: [&str; 12] = [
-    "cat", "dog", "ocean", "ships", "news", "world", "mat", "models", "query", "hello", "find",
-    "recent",
-];
-
-fn text(seed: usize, len: usize) -> String {
-    (0..len)
-        .map(|i| WORDS[(seed * 7 + i * 5 + i * i) % WORDS.len()])
-        .collect::<Vec<_>>()
-        .join(" ")
+    without_dropout("tiny-bert", dir)
 }
 
 fn records(n: usize) -> Vec<InfIrRecord> {

@@ -2,8 +2,8 @@
 //! test outputs (NIST's test suite, vendored in the metrics crate's fixtures): the lines it
 //! prints are trec_eval's lines, in trec_eval's order.
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 fn suite(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -11,14 +11,20 @@ fn suite(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn trec_eval(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_infembed"))
+/// `infembed trec-eval ARGS QRELS RUN`'s process output.
+fn run_trec_eval(args: &[&str], qrels: &Path, run: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_infembed"))
         .arg("trec-eval")
         .args(args)
-        .arg(suite("qrels.test"))
-        .arg(suite("results.test"))
+        .arg(qrels)
+        .arg(run)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// Standard output of `infembed trec-eval ARGS` on the test suite, which must succeed.
+fn trec_eval(args: &[&str]) -> String {
+    let out = run_trec_eval(args, &suite("qrels.test"), &suite("results.test"));
     assert!(
         out.status.success(),
         "{}",
@@ -110,12 +116,11 @@ fn relevance_level_judged_only_and_max_docs() {
         .iter()
         .find(|c| c["relevance_level"] == 2 && c["judged_only"] == true)
         .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_infembed"))
-        .args(["trec-eval", "-q", "-l2", "-J", "-m", "map", "-m", "num_ret"])
-        .arg(dir.join("qrels.graded"))
-        .arg(suite("results.test"))
-        .output()
-        .unwrap();
+    let out = run_trec_eval(
+        &["-q", "-l2", "-J", "-m", "map", "-m", "num_ret"],
+        &dir.join("qrels.graded"),
+        &suite("results.test"),
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -154,12 +159,11 @@ fn relevance_level_judged_only_and_max_docs() {
 
 #[test]
 fn unknown_measures_are_named() {
-    let out = Command::new(env!("CARGO_BIN_EXE_infembed"))
-        .args(["trec-eval", "-m", "ndcg_cut.x"])
-        .arg(suite("qrels.test"))
-        .arg(suite("results.test"))
-        .output()
-        .unwrap();
+    let out = run_trec_eval(
+        &["-m", "ndcg_cut.x"],
+        &suite("qrels.test"),
+        &suite("results.test"),
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("ndcg_cut.x"), "{err}");
