@@ -262,11 +262,11 @@ stage_parity() {
     cmp_rc=1
     if [ "$prc" = 0 ]; then
         run parity-cpu "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
-            --output "$WORK/parity-cpu.npy" --device cpu
+            --output "$WORK/parity-cpu.npy" --device cpu --restart
         cpu_rc=$RC
         helper embed-log "$WORK/parity-cpu.err" --wall "$SECS" >"$WORK/parity-cpu.json"
         run parity-dev "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
-            --output "$WORK/parity-dev.npy" --device "$DEVICE"
+            --output "$WORK/parity-dev.npy" --device "$DEVICE" --restart
         dev_rc=$RC
         helper embed-log "$WORK/parity-dev.err" --wall "$SECS" >"$WORK/parity-dev.json"
         cat "$WORK/parity-cpu.err" "$WORK/parity-dev.err" >>"$WORK/parity.err"
@@ -329,7 +329,7 @@ infembed_throughput() {
     if [ "$rc" = 0 ]; then
         for i in $(seq 1 "$EMBED_RUNS"); do
             run "$stage-$i" "$INFEMBED" embed --model "$MODEL" --input "$WORK/throughput.jsonl" \
-                --output "$WORK/$stage-$i.npy" --device "$DEVICE" --dtype "$dtype"
+                --output "$WORK/$stage-$i.npy" --device "$DEVICE" --dtype "$dtype" --restart
             [ "$RC" = 0 ] || rc=$RC
             helper embed-log "$WORK/$stage-$i.err" --wall "$SECS" >"$WORK/$stage-$i.json"
             runs_args+=(--append "runs=$WORK/$stage-$i.json")
@@ -340,7 +340,7 @@ infembed_throughput() {
     if [ "$dtype" != f32 ] && [ -f "$WORK/parity.jsonl" ]; then
         # how far the low-precision embeddings are from the CPU's (recorded, not judged)
         run "$stage-parity" "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
-            --output "$WORK/$stage-parity.npy" --device "$DEVICE" --dtype "$dtype"
+            --output "$WORK/$stage-parity.npy" --device "$DEVICE" --dtype "$dtype" --restart
         [ "$RC" = 0 ] || rc=$RC
         cat "$WORK/$stage-parity.err" >>"$WORK/$stage.err"
         if [ "$RC" = 0 ] && [ -f "$WORK/parity-cpu.npy" ]; then

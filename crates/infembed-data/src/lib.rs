@@ -35,7 +35,7 @@ pub mod read;
 pub mod record;
 pub mod template;
 
-pub use atomic::{sync_dir, write_atomic, write_synced};
+pub use atomic::{AtomicFile, sync_dir, write_atomic, write_synced};
 pub use error::{Error, Location, Problem, Result};
 pub use eval::{
     Document, EvalSet, FollowIrQuery, FollowIrSet, Qrels, Query, TopRanked, changed_docs,

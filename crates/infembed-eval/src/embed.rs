@@ -12,7 +12,7 @@
 //! product ([`EmbeddingIndex::top_k`]).
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use infembed_data::{JsonObjects, json_id, json_opt_str, json_str};
 use infembed_encoder::{DualEncoder, tensor_rows};
@@ -81,49 +81,10 @@ pub const EMBED_CHUNK: usize = 512;
 /// field, [`Error::DuplicateId`], and [`Error::EmptyInput`] when it holds no record.
 pub fn read_texts(path: impl AsRef<Path>) -> Result<Vec<TextRecord>> {
     let path = path.as_ref();
-    let field_err = |line: usize, field: &str, problem: String| Error::InputField {
-        path: path.to_path_buf(),
-        line,
-        field: field.to_string(),
-        problem,
-    };
-    // The data crate's JSONL and field readers, with their errors said as this module's.
-    let data_err = |e: infembed_data::Error| match e {
-        infembed_data::Error::Io { source, .. } => Error::Read {
-            path: path.to_path_buf(),
-            source,
-        },
-        infembed_data::Error::Utf8 { line, source, .. } => {
-            field_err(line, "<line>", format!("not valid UTF-8: {source}"))
-        }
-        infembed_data::Error::Json { line, source, .. } => {
-            field_err(line, "<line>", format!("not valid JSON: {source}"))
-        }
-        infembed_data::Error::Record {
-            at: infembed_data::Location::Line(line),
-            problem: infembed_data::Problem::NotAnObject { .. },
-            ..
-        } => field_err(
-            line,
-            "<line>",
-            "expected a JSON object, one per line".into(),
-        ),
-        infembed_data::Error::Record {
-            at: infembed_data::Location::Line(line),
-            field,
-            problem,
-            ..
-        } => field_err(line, &field, problem.to_string()),
-        other => Error::Data(other),
-    };
     let mut records = Vec::new();
     let mut first_line: HashMap<String, usize> = HashMap::new();
-    for item in JsonObjects::open(path).map_err(data_err)? {
-        let (line_no, obj) = item.map_err(data_err)?;
-        let record = parse_record(&obj, path, line_no).map_err(|e| match e {
-            RecordError::Data(e) => data_err(e),
-            RecordError::Ids(problem) => field_err(line_no, "id", problem),
-        })?;
+    for item in TextReader::open(path)? {
+        let (line_no, record) = item?;
         if let Some(&first) = first_line.get(&record.id) {
             return Err(Error::DuplicateId {
                 path: path.to_path_buf(),
@@ -141,6 +102,97 @@ pub fn read_texts(path: impl AsRef<Path>) -> Result<Vec<TextRecord>> {
         });
     }
     Ok(records)
+}
+
+/// The records of a JSONL file of texts one by one, with their line numbers, in
+/// [`read_texts`]'s format and with its errors (but no check that ids are unique): what reads a
+/// corpus too large to hold.
+pub(crate) struct TextReader<R> {
+    objects: JsonObjects<R>,
+    path: PathBuf,
+}
+
+impl TextReader<std::io::BufReader<std::fs::File>> {
+    /// Opens `path`.
+    pub(crate) fn open(path: &Path) -> Result<Self> {
+        Ok(Self {
+            objects: JsonObjects::open(path).map_err(|e| data_error(path, e))?,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+impl<R: std::io::BufRead> TextReader<R> {
+    /// Reads from `reader`; `path` names the source in errors.
+    pub(crate) fn new(reader: R, path: &Path) -> Self {
+        Self {
+            objects: JsonObjects::new(reader, path),
+            path: path.to_path_buf(),
+        }
+    }
+}
+
+impl<R: std::io::BufRead> Iterator for TextReader<R> {
+    type Item = Result<(usize, TextRecord)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let path = self.path.as_path();
+        Some(
+            self.objects
+                .next()?
+                .map_err(|e| data_error(path, e))
+                .and_then(|(line, obj)| {
+                    parse_record(&obj, path, line)
+                        .map(|record| (line, record))
+                        .map_err(|e| match e {
+                            RecordError::Data(e) => data_error(path, e),
+                            RecordError::Ids(problem) => field_error(path, line, "id", problem),
+                        })
+                }),
+        )
+    }
+}
+
+fn field_error(path: &Path, line: usize, field: &str, problem: String) -> Error {
+    Error::InputField {
+        path: path.to_path_buf(),
+        line,
+        field: field.to_string(),
+        problem,
+    }
+}
+
+/// The data crate's JSONL and field readers' errors, said as this module's.
+fn data_error(path: &Path, e: infembed_data::Error) -> Error {
+    match e {
+        infembed_data::Error::Io { source, .. } => Error::Read {
+            path: path.to_path_buf(),
+            source,
+        },
+        infembed_data::Error::Utf8 { line, source, .. } => {
+            field_error(path, line, "<line>", format!("not valid UTF-8: {source}"))
+        }
+        infembed_data::Error::Json { line, source, .. } => {
+            field_error(path, line, "<line>", format!("not valid JSON: {source}"))
+        }
+        infembed_data::Error::Record {
+            at: infembed_data::Location::Line(line),
+            problem: infembed_data::Problem::NotAnObject { .. },
+            ..
+        } => field_error(
+            path,
+            line,
+            "<line>",
+            "expected a JSON object, one per line".into(),
+        ),
+        infembed_data::Error::Record {
+            at: infembed_data::Location::Line(line),
+            field,
+            problem,
+            ..
+        } => field_error(path, line, &field, problem.to_string()),
+        other => Error::Data(other),
+    }
 }
 
 /// Why a line is not a [`TextRecord`]: a field the typed readers reject, or ids that do not
@@ -189,7 +241,7 @@ fn parse_record(
 }
 
 /// A short description of a model for indexes and errors: its directory as given.
-fn encoder_source(encoder: &DualEncoder) -> String {
+pub(crate) fn encoder_source(encoder: &DualEncoder) -> String {
     encoder.source_dir().display().to_string()
 }
 
@@ -211,24 +263,9 @@ pub fn embed_records(
     let mut embeddings = Vec::new();
     let mut dim = 0;
     for chunk in records.chunks(EMBED_CHUNK) {
-        let encoded = match side {
-            Side::Passages => {
-                let texts: Vec<String> = chunk.iter().map(TextRecord::passage_text).collect();
-                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                encoder.encode_passages(&refs)?
-            }
-            Side::Queries => {
-                let pairs: Vec<(&str, &str)> = chunk
-                    .iter()
-                    .map(|r| (r.instruction.as_deref().unwrap_or(""), r.text.as_str()))
-                    .collect();
-                encoder.encode_queries(&pairs)?
-            }
-        };
-        dim = encoded.embeddings.dims()[1];
-        for row in tensor_rows(encoded.embeddings)? {
-            embeddings.extend(row);
-        }
+        let (rows, d) = embed_chunk(encoder, chunk, side)?;
+        embeddings.extend(rows);
+        dim = d;
     }
     EmbeddingIndex::new(
         records.iter().map(|r| r.id.clone()).collect(),
@@ -236,6 +273,34 @@ pub fn embed_records(
         dim,
         encoder_source(encoder),
     )
+}
+
+/// Embeds one chunk of at most [`EMBED_CHUNK`] records: row-major values and the dimension.
+pub(crate) fn embed_chunk(
+    encoder: &DualEncoder,
+    chunk: &[TextRecord],
+    side: Side,
+) -> Result<(Vec<f32>, usize)> {
+    let encoded = match side {
+        Side::Passages => {
+            let texts: Vec<String> = chunk.iter().map(TextRecord::passage_text).collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            encoder.encode_passages(&refs)?
+        }
+        Side::Queries => {
+            let pairs: Vec<(&str, &str)> = chunk
+                .iter()
+                .map(|r| (r.instruction.as_deref().unwrap_or(""), r.text.as_str()))
+                .collect();
+            encoder.encode_queries(&pairs)?
+        }
+    };
+    let dim = encoded.embeddings.dims()[1];
+    let mut values = Vec::with_capacity(chunk.len() * dim);
+    for row in tensor_rows(encoded.embeddings)? {
+        values.extend(row);
+    }
+    Ok((values, dim))
 }
 
 /// [`embed_records`] on the passage side.

@@ -149,15 +149,6 @@ pub enum Error {
         /// What is wrong.
         problem: String,
     },
-    /// The safetensors library rejected an index file.
-    #[error("{}: not a valid safetensors index: {source}", path.display())]
-    Safetensors {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: safetensors::SafeTensorError,
-    },
     /// Embeddings that do not form an `[N, d]` matrix with one id per row.
     #[error("embeddings shape: {problem}")]
     IndexShape {
@@ -179,6 +170,39 @@ pub enum Error {
         model: String,
         /// The model's dimension.
         model_dim: usize,
+    },
+    /// A parts folder of an unfinished `infembed embed` made with other inputs or settings.
+    #[error(
+        "{} holds the shards of another run: its {field} was {recorded}, now {now}; resume with \
+         the same input, model and options, or pass --restart (or delete the folder) to start \
+         over",
+        dir.display()
+    )]
+    ResumeMismatch {
+        /// The parts folder.
+        dir: PathBuf,
+        /// The manifest field that differs.
+        field: String,
+        /// Its recorded value (JSON).
+        recorded: String,
+        /// Its value for this run (JSON).
+        now: String,
+    },
+    /// A parts folder that cannot be resumed from.
+    #[error("{}: {problem}", dir.display())]
+    PartsDir {
+        /// The parts folder.
+        dir: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// An input file that changed between its scan and its embedding.
+    #[error("{} changed while it was being embedded: {problem}", path.display())]
+    InputChanged {
+        /// The input file.
+        path: PathBuf,
+        /// What differs.
+        problem: String,
     },
 }
 

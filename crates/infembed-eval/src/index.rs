@@ -6,8 +6,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use std::io::Write;
+
+use infembed_data::AtomicFile;
 use infembed_metrics::TieBreak;
-use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 
 use crate::error::{Error, Result};
 use crate::topk::top_k;
@@ -15,7 +17,7 @@ use crate::topk::top_k;
 /// The name of the embeddings tensor in a safetensors index.
 pub const EMBEDDINGS_TENSOR: &str = "embeddings";
 /// The value of the `"format"` metadata key in a safetensors index.
-pub const FORMAT_TAG: &str = "infembed-index/1";
+pub const FORMAT_TAG: &str = "infembed-index/2";
 /// The pseudo path that errors name for an index that was not loaded from a file.
 pub const IN_MEMORY: &str = "<in-memory index>";
 
@@ -69,10 +71,17 @@ pub struct SearchHit {
 /// Embeddings of `N` documents: an `[N, d]` row-major `f32` matrix and one id per row.
 ///
 /// # File formats (chosen by the extension, see [`IndexFormat`])
-/// - **`.safetensors`**: one tensor `"embeddings"`, dtype `F32`, shape `[N, d]`, row `i` the
-///   embedding of document `ids[i]`. The safetensors metadata (`__metadata__`, string to string)
-///   holds `"ids"` (a JSON array of the `N` ids, as a string), `"model"` (the model directory the
-///   embeddings came from) and `"format"` = `"infembed-index/1"`. Loads back completely.
+/// - **`.safetensors`** (`"format"` = `"infembed-index/2"`): the tensor `"embeddings"`, dtype
+///   `F32`, shape `[N, d]`, row `i` the embedding of document `i`; the ids as two tensors,
+///   `"id_offsets"` (`U64`, `[N + 1]`, starting at 0) and `"id_bytes"` (`U8`, the UTF-8 ids end
+///   to end): id `i` is `id_bytes[id_offsets[i]..id_offsets[i + 1]]`. Keeping the ids out of the
+///   JSON header keeps the header small at any `N` (readers refuse headers over 100 MB, which
+///   ids in it reached at about 8M documents). The metadata (`__metadata__`) holds `"format"` and
+///   `"model"` (the model directory the embeddings came from). In Python:
+///   `t = safetensors.numpy.load_file(f)`, then
+///   `ids = [t["id_bytes"][a:b].tobytes().decode() for a, b in zip(o[:-1], o[1:])]` with
+///   `o = t["id_offsets"]`. Files of the earlier layout (`"infembed-index/1"`: ids as a JSON
+///   array in the metadata) still load.
 /// - **`.npy`**: NumPy format 1.0, dtype `<f4` (little-endian `f32`), C order, shape `(N, d)`,
 ///   header padded to a multiple of 64 bytes, readable with `numpy.load`. The ids go to a side file
 ///   next to it, [`ids_path`] (`out.npy` -> `out.ids.txt`), one id per line in row order; ids
@@ -248,46 +257,37 @@ impl EmbeddingIndex {
     /// line break for `.npy`), [`Error::Write`].
     pub fn save(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let format = IndexFormat::from_path(path)?;
+        IndexFormat::from_path(path)?;
         self.validate()
             .map_err(|problem| Error::IndexShape { problem })?;
-        match format {
-            IndexFormat::Safetensors => write_atomic(path, &self.safetensors_bytes(path)?)?,
-            IndexFormat::Npy => {
-                if let Some(id) = self.ids.iter().find(|id| id.contains(['\n', '\r'])) {
-                    return Err(Error::IndexShape {
-                        problem: format!(
-                            "id {id:?} contains a line break, which {} cannot hold; save as \
-                             .safetensors instead",
-                            ids_path(path).display()
-                        ),
-                    });
-                }
-                write_atomic(path, &self.npy_bytes())?;
-                let mut ids = self.ids.join("\n");
-                ids.push('\n');
-                write_atomic(&ids_path(path), ids.as_bytes())?;
-            }
-        }
+        let mut writer = IndexWriter::create(path, &self.ids, self.dim, &self.model)?;
+        writer.write_rows(&self.embeddings)?;
+        writer.finish()?;
         self.source = Some(path.to_path_buf());
         Ok(())
     }
 
-    /// Loads an index saved by [`EmbeddingIndex::save`] (or any file of the same layout).
+    /// Loads an index saved by [`EmbeddingIndex::save`] or `infembed embed` (or any file of the
+    /// same layout; `.safetensors` files of the earlier `infembed-index/1` layout, ids in the
+    /// header, load too). The rows are read straight into the index's matrix, block by block:
+    /// loading holds the matrix once, not the file and the matrix.
     ///
     /// # Errors
     /// [`Error::UnknownIndexFormat`], [`Error::Read`] (the file or the ids side file),
-    /// [`Error::Safetensors`], [`Error::IndexFormat`] naming what is wrong.
+    /// [`Error::IndexFormat`] naming what is wrong.
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let format = IndexFormat::from_path(path)?;
-        let bytes = std::fs::read(path).map_err(|source| Error::Read {
+        let rerr = |source| Error::Read {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let file = std::fs::File::open(path).map_err(rerr)?;
+        let file_len = file.metadata().map_err(rerr)?.len();
+        let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
         let mut index = match format {
-            IndexFormat::Safetensors => Self::from_safetensors(path, &bytes)?,
-            IndexFormat::Npy => Self::from_npy(path, &bytes)?,
+            IndexFormat::Safetensors => read_safetensors(path, &mut reader, file_len)?,
+            IndexFormat::Npy => read_npy(path, &mut reader, file_len)?,
         };
         index.validate().map_err(|problem| Error::IndexFormat {
             path: path.to_path_buf(),
@@ -296,199 +296,504 @@ impl EmbeddingIndex {
         index.source = Some(path.to_path_buf());
         Ok(index)
     }
-
-    fn le_bytes(&self) -> Vec<u8> {
-        self.embeddings
-            .iter()
-            .flat_map(|v| v.to_le_bytes())
-            .collect()
-    }
-
-    fn safetensors_bytes(&self, path: &Path) -> Result<Vec<u8>> {
-        let data = self.le_bytes();
-        let wrap = |source| Error::Safetensors {
-            path: path.to_path_buf(),
-            source,
-        };
-        let view = TensorView::new(Dtype::F32, vec![self.len(), self.dim], &data).map_err(wrap)?;
-        let ids = serde_json::to_string(&self.ids).map_err(|e| Error::IndexShape {
-            problem: format!("ids cannot be written as JSON: {e}"),
-        })?;
-        let metadata = HashMap::from([
-            ("format".to_string(), FORMAT_TAG.to_string()),
-            ("ids".to_string(), ids),
-            ("model".to_string(), self.model.clone()),
-        ]);
-        safetensors::serialize([(EMBEDDINGS_TENSOR, view)], Some(metadata)).map_err(wrap)
-    }
-
-    fn from_safetensors(path: &Path, bytes: &[u8]) -> Result<Self> {
-        let bad = |problem: String| Error::IndexFormat {
-            path: path.to_path_buf(),
-            problem,
-        };
-        let wrap = |source| Error::Safetensors {
-            path: path.to_path_buf(),
-            source,
-        };
-        let (_, metadata) = SafeTensors::read_metadata(bytes).map_err(wrap)?;
-        let tensors = SafeTensors::deserialize(bytes).map_err(wrap)?;
-        let view = tensors.tensor(EMBEDDINGS_TENSOR).map_err(|_| {
-            bad(format!(
-                "no tensor named `{EMBEDDINGS_TENSOR}` (was it written by `infembed embed`?)"
-            ))
-        })?;
-        if view.dtype() != Dtype::F32 {
-            return Err(bad(format!(
-                "tensor `{EMBEDDINGS_TENSOR}` has dtype {:?}, expected F32",
-                view.dtype()
-            )));
-        }
-        let &[n, dim] = view.shape() else {
-            return Err(bad(format!(
-                "tensor `{EMBEDDINGS_TENSOR}` has shape {:?}, expected [N, d]",
-                view.shape()
-            )));
-        };
-        let info = metadata.metadata().clone().unwrap_or_default();
-        let ids_json = info
-            .get("ids")
-            .ok_or_else(|| bad("no `ids` entry in the safetensors metadata".into()))?;
-        let ids: Vec<String> = serde_json::from_str(ids_json).map_err(|e| {
-            bad(format!(
-                "metadata `ids` is not a JSON array of strings: {e}"
-            ))
-        })?;
-        if ids.len() != n {
-            return Err(bad(format!(
-                "metadata lists {} ids for {n} embedding rows",
-                ids.len()
-            )));
-        }
-        Ok(Self {
-            ids,
-            embeddings: f32s(view.data()),
-            dim,
-            model: info.get("model").cloned().unwrap_or_default(),
-            source: None,
-        })
-    }
-
-    /// NumPy format 1.0: magic, version, u16 header length, a Python dict literal padded with
-    /// spaces to end in `\n` at a multiple of 64 bytes, then the data.
-    fn npy_bytes(&self) -> Vec<u8> {
-        let mut header = format!(
-            "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}",
-            self.len(),
-            self.dim
-        );
-        let unpadded = NPY_MAGIC.len() + 2 + 2 + header.len() + 1;
-        header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
-        header.push('\n');
-        let header_len =
-            u16::try_from(header.len()).expect("an npy header of two numbers is short");
-        let mut out = Vec::with_capacity(unpadded + 64 + self.embeddings.len() * 4);
-        out.extend_from_slice(NPY_MAGIC);
-        out.extend_from_slice(&[1, 0]);
-        out.extend_from_slice(&header_len.to_le_bytes());
-        out.extend_from_slice(header.as_bytes());
-        out.extend(self.le_bytes());
-        out
-    }
-
-    fn from_npy(path: &Path, bytes: &[u8]) -> Result<Self> {
-        let bad = |problem: String| Error::IndexFormat {
-            path: path.to_path_buf(),
-            problem,
-        };
-        let (header, data) = npy_header(bytes).map_err(bad)?;
-        let field = |key: &str| {
-            header
-                .split_once(&format!("'{key}':"))
-                .map(|(_, rest)| rest.trim_start())
-                .ok_or_else(|| bad(format!("header has no `{key}`: {header}")))
-        };
-        let descr = field("descr")?;
-        if !descr.starts_with("'<f4'") {
-            return Err(bad(format!(
-                "dtype must be '<f4' (little-endian float32), header says {header}"
-            )));
-        }
-        if !field("fortran_order")?.starts_with("False") {
-            return Err(bad("Fortran order is not supported; save in C order".into()));
-        }
-        let shape = field("shape")?;
-        let inside = shape
-            .strip_prefix('(')
-            .and_then(|s| s.split_once(')'))
-            .map(|(s, _)| s)
-            .ok_or_else(|| bad(format!("cannot read the shape in {header}")))?;
-        let dims: Vec<usize> = inside
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse::<usize>())
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| bad(format!("shape {inside:?}: {e}")))?;
-        let &[n, dim] = dims.as_slice() else {
-            return Err(bad(format!("shape ({inside}) is not 2-dimensional (N, d)")));
-        };
-        if data.len() != n * dim * 4 {
-            return Err(bad(format!(
-                "{} data bytes for shape ({n}, {dim}) of float32 (expected {})",
-                data.len(),
-                n * dim * 4
-            )));
-        }
-        let ids_file = ids_path(path);
-        let ids_text = std::fs::read_to_string(&ids_file).map_err(|source| Error::Read {
-            path: ids_file.clone(),
-            source,
-        })?;
-        let ids: Vec<String> = ids_text.lines().map(str::to_string).collect();
-        if ids.len() != n {
-            return Err(Error::IndexFormat {
-                path: ids_file,
-                problem: format!("{} ids for the {n} rows of {}", ids.len(), path.display()),
-            });
-        }
-        Ok(Self {
-            ids,
-            embeddings: f32s(data),
-            dim,
-            model: String::new(),
-            source: None,
-        })
-    }
 }
 
 const NPY_MAGIC: &[u8] = b"\x93NUMPY";
 
-/// Splits an `.npy` file into its header dict text and its data (versions 1.0, 2.0, 3.0).
-fn npy_header(bytes: &[u8]) -> std::result::Result<(&str, &[u8]), String> {
-    if !bytes.starts_with(NPY_MAGIC) || bytes.len() < 10 {
-        return Err("not a NumPy .npy file (bad magic)".into());
-    }
-    let (len, start) = match bytes[6] {
-        1 => (usize::from(u16::from_le_bytes([bytes[8], bytes[9]])), 10),
-        2 | 3 if bytes.len() >= 12 => (
-            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
-            12,
-        ),
-        v => return Err(format!("unsupported .npy version {v}")),
-    };
-    let header = bytes
-        .get(start..start + len)
-        .ok_or_else(|| "truncated header".to_string())?;
-    let header = std::str::from_utf8(header).map_err(|e| format!("header is not text: {e}"))?;
-    Ok((header, &bytes[start + len..]))
+/// The name of the tensor of a safetensors index holding the ids' byte offsets (`U64`, `[N + 1]`:
+/// id `i` is `id_bytes[id_offsets[i]..id_offsets[i + 1]]`, UTF-8).
+pub const ID_OFFSETS_TENSOR: &str = "id_offsets";
+/// The name of the tensor of a safetensors index holding the ids' UTF-8 bytes (`U8`), end to end.
+pub const ID_BYTES_TENSOR: &str = "id_bytes";
+/// The `"format"` of the earlier safetensors layout, whose ids were a JSON array in the header
+/// (read, no longer written: the header's 100 MB limit stopped at about 8M ids).
+pub const FORMAT_TAG_V1: &str = "infembed-index/1";
+
+/// Writes an index file row block by row block, without holding the matrix: the header (which
+/// needs the row count and the dimension) first, then the rows in order, then (safetensors) the
+/// ids, to a temporary file that [`IndexWriter::finish`] syncs and renames over the target (for
+/// `.npy` after writing the ids side file). [`EmbeddingIndex::save`] and the streaming embedder
+/// ([`crate::embed_file`]) both write through it, so their files are the same bytes.
+pub(crate) struct IndexWriter {
+    file: AtomicFile,
+    path: PathBuf,
+    layout: IndexLayout,
+    expected: usize,
+    written: usize,
 }
 
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
+impl IndexWriter {
+    /// Checks that `ids` fit the format of `path` and opens the temporary file with the header
+    /// written.
+    ///
+    /// # Errors
+    /// [`Error::UnknownIndexFormat`], [`Error::IndexShape`] (an id with a line break for
+    /// `.npy`), [`Error::Write`].
+    pub(crate) fn create(path: &Path, ids: &[String], dim: usize, model: &str) -> Result<Self> {
+        let format = IndexFormat::from_path(path)?;
+        let layout = IndexLayout::new(path, format, ids, dim, model)?;
+        let werr = |source| Error::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = AtomicFile::create(path).map_err(werr)?;
+        file.write_all(&layout.header).map_err(werr)?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            layout,
+            expected: ids.len() * dim,
+            written: 0,
+        })
+    }
+
+    /// Appends row-major values (whole rows).
+    ///
+    /// # Errors
+    /// [`Error::IndexShape`] past the declared size; [`Error::Write`].
+    pub(crate) fn write_rows(&mut self, values: &[f32]) -> Result<()> {
+        if self.written + values.len() > self.expected {
+            return Err(Error::IndexShape {
+                problem: format!(
+                    "{} values written to {}, which declares {}",
+                    self.written + values.len(),
+                    self.path.display(),
+                    self.expected
+                ),
+            });
+        }
+        // In blocks, so that saving a large index does not hold a second copy of it.
+        let mut bytes = Vec::with_capacity(values.len().min(1 << 16) * 4);
+        for block in values.chunks(1 << 16) {
+            bytes.clear();
+            for v in block {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+            self.file.write_all(&bytes).map_err(|source| Error::Write {
+                path: self.path.clone(),
+                source,
+            })?;
+        }
+        self.written += values.len();
+        Ok(())
+    }
+
+    /// Checks that every row was written, writes what follows the rows (safetensors: the ids;
+    /// `.npy`: the ids side file), then syncs and renames the index file into place.
+    ///
+    /// # Errors
+    /// [`Error::IndexShape`] for missing rows; [`Error::Write`].
+    pub(crate) fn finish(mut self) -> Result<()> {
+        if self.written != self.expected {
+            return Err(Error::IndexShape {
+                problem: format!(
+                    "{} of the {} values of {} were written",
+                    self.written,
+                    self.expected,
+                    self.path.display()
+                ),
+            });
+        }
+        let werr = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Error::Write { path, source }
+        };
+        self.file
+            .write_all(&self.layout.trailer)
+            .map_err(werr(&self.path))?;
+        if let Some(ids) = &self.layout.ids_text {
+            write_atomic(&ids_path(&self.path), ids.as_bytes())?;
+        }
+        self.file.commit().map_err(werr(&self.path))
+    }
+}
+
+/// The bytes around the rows of an index file of `ids.len()` rows of dimension `dim`.
+pub(crate) struct IndexLayout {
+    /// Before the rows.
+    pub(crate) header: Vec<u8>,
+    /// After the rows (safetensors: the `id_offsets` and `id_bytes` tensors).
+    trailer: Vec<u8>,
+    /// The `.npy` ids side file's text.
+    ids_text: Option<String>,
+}
+
+impl IndexLayout {
+    /// - safetensors (`infembed-index/2`): u64 LE header length, then a JSON header (keys
+    ///   sorted: `__metadata__` with `format` and `model`; the tensors `embeddings` F32 `[N, d]`,
+    ///   `id_bytes` U8 `[B]`, `id_offsets` U64 `[N + 1]`), padded with spaces to a multiple of 8
+    ///   bytes as the format recommends; the data holds the embeddings, then the offsets, then the
+    ///   ids' bytes.
+    /// - NumPy format 1.0: magic, version, u16 header length, a Python dict literal padded with
+    ///   spaces to end in `\n` at a multiple of 64 bytes; the ids go to the side file.
+    ///
+    /// # Errors
+    /// [`Error::IndexShape`] for an id with a line break in `.npy`.
+    pub(crate) fn new(
+        path: &Path,
+        format: IndexFormat,
+        ids: &[String],
+        dim: usize,
+        model: &str,
+    ) -> Result<Self> {
+        let n = ids.len();
+        match format {
+            IndexFormat::Safetensors => {
+                let id_bytes: usize = ids.iter().map(String::len).sum();
+                let rows = n * dim * 4;
+                let offsets = (n + 1) * 8;
+                let header = serde_json::json!({
+                    "__metadata__": { "format": FORMAT_TAG, "model": model },
+                    EMBEDDINGS_TENSOR: {
+                        "dtype": "F32", "shape": [n, dim], "data_offsets": [0, rows],
+                    },
+                    ID_OFFSETS_TENSOR: {
+                        "dtype": "U64", "shape": [n + 1],
+                        "data_offsets": [rows, rows + offsets],
+                    },
+                    ID_BYTES_TENSOR: {
+                        "dtype": "U8", "shape": [id_bytes],
+                        "data_offsets": [rows + offsets, rows + offsets + id_bytes],
+                    },
+                });
+                let mut text = header.to_string();
+                text.push_str(&" ".repeat(text.len().next_multiple_of(8) - text.len()));
+                let mut out = Vec::with_capacity(8 + text.len());
+                out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+                out.extend_from_slice(text.as_bytes());
+                let mut trailer = Vec::with_capacity(offsets + id_bytes);
+                let mut at = 0u64;
+                trailer.extend_from_slice(&at.to_le_bytes());
+                for id in ids {
+                    at += id.len() as u64;
+                    trailer.extend_from_slice(&at.to_le_bytes());
+                }
+                for id in ids {
+                    trailer.extend_from_slice(id.as_bytes());
+                }
+                Ok(Self {
+                    header: out,
+                    trailer,
+                    ids_text: None,
+                })
+            }
+            IndexFormat::Npy => {
+                if let Some(id) = ids.iter().find(|id| id.contains(['\n', '\r'])) {
+                    return Err(Error::IndexShape {
+                        problem: format!(
+                            "id {id:?} contains a line break, which {} cannot hold; save as \
+                             .safetensors instead",
+                            ids_path(path).display()
+                        ),
+                    });
+                }
+                let mut header =
+                    format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({n}, {dim}), }}");
+                let unpadded = NPY_MAGIC.len() + 2 + 2 + header.len() + 1;
+                header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
+                header.push('\n');
+                let header_len =
+                    u16::try_from(header.len()).expect("an npy header of two numbers is short");
+                let mut out = Vec::with_capacity(header.len() + 10);
+                out.extend_from_slice(NPY_MAGIC);
+                out.extend_from_slice(&[1, 0]);
+                out.extend_from_slice(&header_len.to_le_bytes());
+                out.extend_from_slice(header.as_bytes());
+                let mut text = ids.join("\n");
+                text.push('\n');
+                Ok(Self {
+                    header: out,
+                    trailer: Vec::new(),
+                    ids_text: Some(text),
+                })
+            }
+        }
+    }
+}
+
+/// One tensor entry of a safetensors header.
+#[derive(serde::Deserialize)]
+struct TensorEntry {
+    dtype: String,
+    shape: Vec<usize>,
+    data_offsets: [usize; 2],
+}
+
+/// Reads a safetensors index: the header checked as the format requires (tensors that tile the
+/// data exactly, sizes that match dtype and shape), the embeddings read straight into the matrix.
+fn read_safetensors(
+    path: &Path,
+    reader: &mut impl std::io::Read,
+    file_len: u64,
+) -> Result<EmbeddingIndex> {
+    let bad = |problem: String| Error::IndexFormat {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let rerr = |source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut len = [0u8; 8];
+    reader
+        .read_exact(&mut len)
+        .map_err(|_| bad("not a safetensors file (shorter than 8 bytes)".into()))?;
+    let header_len = u64::from_le_bytes(len);
+    if header_len > file_len.saturating_sub(8) {
+        return Err(bad(format!(
+            "not a safetensors file (its header length {header_len} exceeds the file)"
+        )));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    reader.read_exact(&mut header).map_err(rerr)?;
+    let mut entries: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&header)
+        .map_err(|e| {
+        bad(format!(
+            "not a safetensors file (header is not a JSON object: {e})"
+        ))
+    })?;
+    let metadata: HashMap<String, String> = match entries.remove("__metadata__") {
+        Some(m) => serde_json::from_value(m)
+            .map_err(|e| bad(format!("`__metadata__` is not a map of strings: {e}")))?,
+        None => HashMap::new(),
+    };
+    let mut tensors = HashMap::new();
+    for (name, value) in entries {
+        let entry: TensorEntry =
+            serde_json::from_value(value).map_err(|e| bad(format!("tensor `{name}`: {e}")))?;
+        tensors.insert(name, entry);
+    }
+    // The tensors must tile the data from 0 to its end, each the size its dtype and shape say.
+    let mut spans: Vec<(&String, &TensorEntry)> = tensors.iter().collect();
+    spans.sort_by_key(|(_, t)| t.data_offsets);
+    let mut end = 0usize;
+    for (name, t) in &spans {
+        let [start, stop] = t.data_offsets;
+        let width = match t.dtype.as_str() {
+            "F64" | "I64" | "U64" => 8,
+            "F32" | "I32" | "U32" => 4,
+            "F16" | "BF16" | "I16" | "U16" => 2,
+            "U8" | "I8" | "BOOL" => 1,
+            other => return Err(bad(format!("tensor `{name}` has unknown dtype {other}"))),
+        };
+        let size = t
+            .shape
+            .iter()
+            .try_fold(width, |acc: usize, &d| acc.checked_mul(d));
+        if start != end || stop < start || Some(stop - start) != size {
+            return Err(bad(format!(
+                "tensor `{name}` has data offsets [{start}, {stop}] for dtype {} and shape {:?}; \
+                 the tensors must tile the data",
+                t.dtype, t.shape
+            )));
+        }
+        end = stop;
+    }
+    if end as u64 != file_len - 8 - header_len {
+        return Err(bad(format!(
+            "the tensors cover {end} bytes of data, the file holds {}",
+            file_len - 8 - header_len
+        )));
+    }
+    let view = tensors.get(EMBEDDINGS_TENSOR).ok_or_else(|| {
+        bad(format!(
+            "no tensor named `{EMBEDDINGS_TENSOR}` (was it written by `infembed embed`?)"
+        ))
+    })?;
+    if view.dtype != "F32" {
+        return Err(bad(format!(
+            "tensor `{EMBEDDINGS_TENSOR}` has dtype {}, expected F32",
+            view.dtype
+        )));
+    }
+    let &[n, dim] = view.shape.as_slice() else {
+        return Err(bad(format!(
+            "tensor `{EMBEDDINGS_TENSOR}` has shape {:?}, expected [N, d]",
+            view.shape
+        )));
+    };
+    // Read the data in offset order: the embeddings into the matrix, the rest as bytes.
+    let mut embeddings = Vec::new();
+    let mut others: HashMap<&str, Vec<u8>> = HashMap::new();
+    for (name, t) in &spans {
+        let bytes = t.data_offsets[1] - t.data_offsets[0];
+        if name.as_str() == EMBEDDINGS_TENSOR {
+            embeddings = read_f32s(reader, n * dim).map_err(rerr)?;
+        } else {
+            let mut buf = vec![0u8; bytes];
+            reader.read_exact(&mut buf).map_err(rerr)?;
+            others.insert(name.as_str(), buf);
+        }
+    }
+    let ids = match (
+        others.get(ID_OFFSETS_TENSOR),
+        others.get(ID_BYTES_TENSOR),
+        metadata.get("ids"),
+    ) {
+        (Some(offsets), Some(bytes), _) => {
+            let offsets: Vec<u64> = offsets
+                .chunks_exact(8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect();
+            if offsets.len() != n + 1 || offsets[0] != 0 {
+                return Err(bad(format!(
+                    "tensor `{ID_OFFSETS_TENSOR}` holds {} offsets for {n} rows (expected {}, \
+                     starting at 0)",
+                    offsets.len(),
+                    n + 1
+                )));
+            }
+            let mut ids = Vec::with_capacity(n);
+            for (row, w) in offsets.windows(2).enumerate() {
+                let (a, b) = (w[0] as usize, w[1] as usize);
+                let id = bytes.get(a..b).filter(|_| a <= b).ok_or_else(|| {
+                    bad(format!(
+                        "the id of row {row} lies outside `{ID_BYTES_TENSOR}`"
+                    ))
+                })?;
+                let id = std::str::from_utf8(id)
+                    .map_err(|e| bad(format!("the id of row {row} is not UTF-8: {e}")))?;
+                ids.push(id.to_string());
+            }
+            ids
+        }
+        (None, None, Some(ids_json)) => {
+            let ids: Vec<String> = serde_json::from_str(ids_json).map_err(|e| {
+                bad(format!(
+                    "metadata `ids` is not a JSON array of strings: {e}"
+                ))
+            })?;
+            if ids.len() != n {
+                return Err(bad(format!(
+                    "metadata lists {} ids for {n} embedding rows",
+                    ids.len()
+                )));
+            }
+            ids
+        }
+        _ => {
+            return Err(bad(format!(
+                "no ids: expected the tensors `{ID_OFFSETS_TENSOR}` and `{ID_BYTES_TENSOR}` (or, \
+                 in the `{FORMAT_TAG_V1}` layout, an `ids` entry in the metadata)"
+            )));
+        }
+    };
+    Ok(EmbeddingIndex {
+        ids,
+        embeddings,
+        dim,
+        model: metadata.get("model").cloned().unwrap_or_default(),
+        source: None,
+    })
+}
+
+/// Reads `count` little-endian `f32` values, block by block, into a vector of exactly that size.
+fn read_f32s(reader: &mut impl std::io::Read, count: usize) -> std::io::Result<Vec<f32>> {
+    let mut out = Vec::with_capacity(count);
+    let mut block = vec![0u8; count.min(1 << 18) * 4];
+    while out.len() < count {
+        let take = (count - out.len()).min(1 << 18) * 4;
+        reader.read_exact(&mut block[..take])?;
+        out.extend(
+            block[..take]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+    }
+    Ok(out)
+}
+
+/// Reads an `.npy` index (versions 1.0, 2.0, 3.0 of the header; `<f4`, C order, `(N, d)`) and
+/// its ids side file.
+fn read_npy(path: &Path, reader: &mut impl std::io::Read, file_len: u64) -> Result<EmbeddingIndex> {
+    let bad = |problem: String| Error::IndexFormat {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let rerr = |source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut start = [0u8; 10];
+    if reader.read_exact(&mut start).is_err() || !start.starts_with(NPY_MAGIC) {
+        return Err(bad("not a NumPy .npy file (bad magic)".into()));
+    }
+    let (header_len, prefix) = match start[6] {
+        1 => (usize::from(u16::from_le_bytes([start[8], start[9]])), 10),
+        2 | 3 => {
+            let mut more = [0u8; 2];
+            reader.read_exact(&mut more).map_err(rerr)?;
+            (
+                u32::from_le_bytes([start[8], start[9], more[0], more[1]]) as usize,
+                12,
+            )
+        }
+        v => return Err(bad(format!("unsupported .npy version {v}"))),
+    };
+    if (prefix + header_len) as u64 > file_len {
+        return Err(bad("truncated header".into()));
+    }
+    let mut header = vec![0u8; header_len];
+    reader.read_exact(&mut header).map_err(rerr)?;
+    let header = String::from_utf8(header).map_err(|e| bad(format!("header is not text: {e}")))?;
+    let field = |key: &str| {
+        header
+            .split_once(&format!("'{key}':"))
+            .map(|(_, rest)| rest.trim_start())
+            .ok_or_else(|| bad(format!("header has no `{key}`: {header}")))
+    };
+    let descr = field("descr")?;
+    if !descr.starts_with("'<f4'") {
+        return Err(bad(format!(
+            "dtype must be '<f4' (little-endian float32), header says {header}"
+        )));
+    }
+    if !field("fortran_order")?.starts_with("False") {
+        return Err(bad("Fortran order is not supported; save in C order".into()));
+    }
+    let shape = field("shape")?;
+    let inside = shape
+        .strip_prefix('(')
+        .and_then(|s| s.split_once(')'))
+        .map(|(s, _)| s)
+        .ok_or_else(|| bad(format!("cannot read the shape in {header}")))?;
+    let dims: Vec<usize> = inside
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| bad(format!("shape {inside:?}: {e}")))?;
+    let &[n, dim] = dims.as_slice() else {
+        return Err(bad(format!("shape ({inside}) is not 2-dimensional (N, d)")));
+    };
+    let data_len = file_len - (prefix + header_len) as u64;
+    if data_len != (n * dim * 4) as u64 {
+        return Err(bad(format!(
+            "{data_len} data bytes for shape ({n}, {dim}) of float32 (expected {})",
+            n * dim * 4
+        )));
+    }
+    let embeddings = read_f32s(reader, n * dim).map_err(rerr)?;
+    let ids_file = ids_path(path);
+    let ids_text = std::fs::read_to_string(&ids_file).map_err(|source| Error::Read {
+        path: ids_file.clone(),
+        source,
+    })?;
+    let ids: Vec<String> = ids_text.lines().map(str::to_string).collect();
+    if ids.len() != n {
+        return Err(Error::IndexFormat {
+            path: ids_file,
+            problem: format!("{} ids for the {n} rows of {}", ids.len(), path.display()),
+        });
+    }
+    Ok(EmbeddingIndex {
+        ids,
+        embeddings,
+        dim,
+        model: String::new(),
+        source: None,
+    })
 }
 
 /// [`infembed_data::write_atomic`], its error naming `path`.

@@ -17,7 +17,8 @@
 //!   them.
 //! - [`read_texts`], [`embed_records`] and [`search`]: embed a JSONL file into an
 //!   [`EmbeddingIndex`] (saved as safetensors or `.npy`) and search it with an instruction and a
-//!   query.
+//!   query; [`scan_texts`] and [`embed_file`] do it for corpora of any size, in shards that
+//!   resume after a crash.
 //!
 //! Errors: one [`Error`] enum. Diagnostics go through the `log` facade.
 
@@ -29,6 +30,7 @@ mod index;
 mod lexical;
 mod load;
 mod retrieve;
+mod stream;
 mod topk;
 
 pub use dense::EncoderRetriever;
@@ -41,9 +43,14 @@ pub use evaluate::{
     evaluate_followir, evaluate_retrieval,
 };
 pub use index::{
-    EMBEDDINGS_TENSOR, EmbeddingIndex, FORMAT_TAG, IN_MEMORY, IndexFormat, SearchHit, ids_path,
+    EMBEDDINGS_TENSOR, EmbeddingIndex, FORMAT_TAG, FORMAT_TAG_V1, ID_BYTES_TENSOR,
+    ID_OFFSETS_TENSOR, IN_MEMORY, IndexFormat, SearchHit, ids_path,
 };
 pub use lexical::{Bm25Config, Bm25Index, tokenize};
 pub use load::{ENCODER_CONFIG_FILE, load_encoder, load_heldout, model_name};
 pub use retrieve::{Bm25Retriever, Depth, QUERY_BATCH, QueryRequest, Retriever, run_queries};
+pub use stream::{
+    DEFAULT_SHARD_RECORDS, EmbedFileOptions, EmbedFileSummary, EmbedProgress, PARTS_FORMAT,
+    TextFileScan, embed_file, parts_dir, scan_texts,
+};
 pub use topk::top_k;

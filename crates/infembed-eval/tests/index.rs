@@ -46,9 +46,34 @@ fn safetensors_file_has_the_documented_layout_and_round_trips() {
     let [start, end] = [0, 1].map(|i| t["data_offsets"][i].as_u64().unwrap() as usize);
     assert_eq!(le_f32s(&data[start..end]), index.embeddings);
     let meta = &header["__metadata__"];
-    let ids: Vec<String> = serde_json::from_str(meta["ids"].as_str().unwrap()).unwrap();
-    assert_eq!(ids, index.ids);
+    assert_eq!(meta["format"], "infembed-index/2");
     assert_eq!(meta["model"], "models/some-model");
+    // The ids: byte offsets (u64, N + 1 of them) into the ids' UTF-8 bytes, end to end.
+    let span = |name: &str| {
+        let t = &header[name];
+        [0, 1].map(|i| t["data_offsets"][i].as_u64().unwrap() as usize)
+    };
+    assert_eq!(header["id_offsets"]["dtype"], "U64");
+    assert_eq!(header["id_offsets"]["shape"], serde_json::json!([4]));
+    assert_eq!(header["id_bytes"]["dtype"], "U8");
+    let [a, b] = span("id_offsets");
+    let offsets: Vec<usize> = data[a..b]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()) as usize)
+        .collect();
+    let [c, d] = span("id_bytes");
+    let bytes = &data[c..d];
+    let ids: Vec<&str> = offsets
+        .windows(2)
+        .map(|w| std::str::from_utf8(&bytes[w[0]..w[1]]).unwrap())
+        .collect();
+    assert_eq!(ids, index.ids);
+    assert_eq!(d, data.len(), "the ids' bytes end the file");
+    assert_eq!(
+        (8 + header.to_string().len()) % 8,
+        0,
+        "the header is padded to 8 bytes"
+    );
 
     let loaded = EmbeddingIndex::load(&path).unwrap();
     assert_eq!(loaded.ids, index.ids);
@@ -59,6 +84,43 @@ fn safetensors_file_has_the_documented_layout_and_round_trips() {
     assert!(
         !dir.path().join("index.safetensors.tmp").exists(),
         "temp file left"
+    );
+}
+
+#[test]
+fn safetensors_files_of_the_first_layout_still_load() {
+    // `infembed-index/1`, written here by hand: the ids as a JSON array in the metadata.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v1.safetensors");
+    let values: Vec<f32> = (0..6).map(|i| i as f32 / 7.0).collect();
+    let header = serde_json::json!({
+        "__metadata__": {
+            "format": "infembed-index/1",
+            "ids": "[\"x\",\"y\"]",
+            "model": "m",
+        },
+        "embeddings": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+    })
+    .to_string();
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header.as_bytes());
+    bytes.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+    std::fs::write(&path, &bytes).unwrap();
+    let index = EmbeddingIndex::load(&path).unwrap();
+    assert_eq!(index.ids, ["x", "y"]);
+    assert_eq!(index.embeddings, values);
+    assert_eq!(index.model, "m");
+
+    // Tensors that do not tile the data are refused, naming the tensor.
+    let header = header.replace("[0,24]", "[0,20]");
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header.as_bytes());
+    bytes.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+    std::fs::write(&path, &bytes).unwrap();
+    let err = EmbeddingIndex::load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("v1.safetensors") && err.contains("`embeddings`"),
+        "{err}"
     );
 }
 
@@ -119,7 +181,7 @@ fn unknown_extensions_and_broken_files_are_typed_errors() {
     let garbage = dir.path().join("garbage.safetensors");
     std::fs::write(&garbage, b"not a safetensors file at all").unwrap();
     let err = EmbeddingIndex::load(&garbage).unwrap_err();
-    assert!(matches!(err, Error::Safetensors { .. }), "{err}");
+    assert!(matches!(err, Error::IndexFormat { .. }), "{err}");
     assert!(err.to_string().contains("garbage.safetensors"), "{err}");
 
     // A .npy without its ids side file names the side file.

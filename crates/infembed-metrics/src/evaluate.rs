@@ -147,7 +147,8 @@ impl Evaluation {
 
     /// Writes trec_eval-style text as `format` says: the measures in the order given (see
     /// [`Measure::sort_trec_eval`] for trec_eval's own), per query first when asked, then the
-    /// summary lines under `all`, led by `runid` and `num_q` when asked.
+    /// summary lines under `all`, led by `runid` and `num_q` when asked (none at all without
+    /// [`TrecEvalFormat::summary`]).
     pub fn write_trec_eval_as(
         &self,
         mut writer: impl Write,
@@ -177,6 +178,9 @@ impl Evaluation {
                 }
             }
         }
+        if !format.summary {
+            return Ok(());
+        }
         if let Some(runid) = &format.runid {
             writeln!(writer, "{:<22}\tall\t{runid}", "runid")?;
         }
@@ -203,6 +207,9 @@ pub struct TrecEvalFormat {
     pub runid: Option<String>,
     /// The `num_q` summary line (trec_eval's `num_q` measure). Default `true`.
     pub num_q: bool,
+    /// The summary lines under `all` (`runid`, `num_q` and the means). Default `true`;
+    /// `false` is `trec_eval -n` (`--nosummary`), which prints the per-query lines only.
+    pub summary: bool,
 }
 
 impl Default for TrecEvalFormat {
@@ -211,6 +218,7 @@ impl Default for TrecEvalFormat {
             per_query: false,
             runid: None,
             num_q: true,
+            summary: true,
         }
     }
 }
@@ -222,7 +230,14 @@ impl TrecEvalFormat {
             per_query,
             runid,
             num_q,
+            summary: true,
         }
+    }
+
+    /// The same layout without the summary lines (`trec_eval -n`).
+    pub fn without_summary(mut self) -> Self {
+        self.summary = false;
+        self
     }
 }
 

@@ -264,3 +264,87 @@ fn embed_and_search_round_trip_with_minilm() {
     );
     assert_eq!(stdout.lines().count(), 2);
 }
+
+/// The tiny BERT fixture (random weights, BERT's layout): fast enough for large inputs.
+fn tiny_bert() -> PathBuf {
+    infembed_testkit::workspace_root().join("crates/infembed-encoder/tests/fixtures/tiny-bert")
+}
+
+fn shard_files(parts: &Path) -> usize {
+    std::fs::read_dir(parts).map_or(0, |entries| {
+        entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".f32"))
+            .count()
+    })
+}
+
+#[test]
+fn embed_killed_with_sigkill_resumes_to_the_same_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.jsonl");
+    let mut text = String::new();
+    for i in 0..6000 {
+        let words = (i * 7) % 40 + 5;
+        let body: Vec<String> = (0..words)
+            .map(|j| format!("w{}", (i + j * 13) % 997))
+            .collect();
+        text.push_str(&format!(
+            "{{\"id\": \"p{i}\", \"text\": \"{}\"}}\n",
+            body.join(" ")
+        ));
+    }
+    std::fs::write(&corpus, text).unwrap();
+    let embed = |output: &Path| {
+        let mut cmd = bin();
+        cmd.args(["embed", "--model"])
+            .arg(tiny_bert())
+            .arg("--input")
+            .arg(&corpus)
+            .arg("--output")
+            .arg(output)
+            .args(["--shard-size", "100"]);
+        cmd
+    };
+
+    let reference = dir.path().join("reference.safetensors");
+    let out = run(&mut embed(&reference));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = std::fs::read(&reference).unwrap();
+
+    // Killed (SIGKILL) once a few of the 60 shards are on disk.
+    let output = dir.path().join("e.safetensors");
+    let parts = dir.path().join("e.safetensors.parts");
+    let mut child = embed(&output)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while shard_files(&parts) < 3 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before it could be killed; make the corpus larger"
+        );
+        assert!(started.elapsed().as_secs() < 300, "no shard after 300 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let kept = shard_files(&parts);
+    assert!((3..60).contains(&kept), "{kept} shards at the kill");
+    assert!(!output.exists());
+
+    let out = run(&mut embed(&output));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("resumed from {}", parts.display())),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&output).unwrap(), want, "the same bytes");
+    assert!(!parts.exists(), "the parts folder is removed at the end");
+}

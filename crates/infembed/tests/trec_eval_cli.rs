@@ -86,6 +86,24 @@ fn repeated_measures_with_cutoff_parameters_print_as_trec_eval() {
 }
 
 #[test]
+fn no_summary_prints_the_per_query_lines_only() {
+    // `trec_eval -n -q -m all_trec` is out.test.aq without its `all` lines; without `-q`,
+    // `-n` prints nothing, as trec_eval does.
+    let got = trec_eval(&["-n", "-q", "-m", "map", "-m", "P.5"]);
+    let got: Vec<&str> = got.lines().collect();
+    let want = expected("out.test.aq", &["map", "P_5"], false);
+    let want: Vec<&str> = want
+        .iter()
+        .map(String::as_str)
+        .filter(|l| l.split('\t').nth(1) != Some("all"))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(got.len(), 6, "3 queries, 2 measures");
+    let got = trec_eval(&["--nosummary", "-m", "official"]);
+    assert_eq!(got, "");
+}
+
+#[test]
 fn the_measure_sets_print_trec_evals_lines_in_its_order() {
     // `-q -m all_trec`: per query, then runid, num_q and the summary; trec_eval prints more
     // measures (bpref, gm_map, ...), which this tool does not compute.

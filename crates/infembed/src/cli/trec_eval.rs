@@ -1,6 +1,6 @@
 //! `infembed trec-eval`: trec_eval-compatible evaluation of a TREC run file, with trec_eval's
 //! own command line: `-m` (repeated; `P.5,10`, `ndcg_cut.10`, `all_trec`, `official`), `-q`,
-//! `-c`, `-l`, `-J`, `-M`.
+//! `-n`, `-c`, `-l`, `-J`, `-M`.
 
 use std::path::PathBuf;
 
@@ -25,6 +25,9 @@ pub struct TrecEvalArgs {
     /// Also print per-query values.
     #[arg(short, long)]
     q: bool,
+    /// Print no summary lines, only the per-query ones of `-q` (trec_eval -n, --nosummary).
+    #[arg(short = 'n', long = "nosummary")]
+    no_summary: bool,
     /// Average over all judged queries (trec_eval -c).
     #[arg(short, long)]
     c: bool,
@@ -108,7 +111,10 @@ pub fn run(args: &TrecEvalArgs) -> Result<()> {
     let runid = selection
         .runid
         .then(|| run.tag().unwrap_or(DEFAULT_RUN_TAG).to_string());
-    let format = TrecEvalFormat::new(args.q, runid, selection.num_q);
+    let mut format = TrecEvalFormat::new(args.q, runid, selection.num_q);
+    if args.no_summary {
+        format = format.without_summary();
+    }
     let stdout = std::io::stdout();
     evaluation.write_trec_eval_as(stdout.lock(), &format)?;
     Ok(())
