@@ -85,15 +85,7 @@ pub fn read_texts(path: impl AsRef<Path>) -> Result<Vec<TextRecord>> {
     let mut first_line: HashMap<String, usize> = HashMap::new();
     for item in TextReader::open(path)? {
         let (line_no, record) = item?;
-        if let Some(&first) = first_line.get(&record.id) {
-            return Err(Error::DuplicateId {
-                path: path.to_path_buf(),
-                line: line_no,
-                first_line: first,
-                id: record.id,
-            });
-        }
-        first_line.insert(record.id.clone(), line_no);
+        note_new_id(&mut first_line, path, line_no, &record.id)?;
         records.push(record);
     }
     if records.is_empty() {
@@ -102,6 +94,26 @@ pub fn read_texts(path: impl AsRef<Path>) -> Result<Vec<TextRecord>> {
         });
     }
     Ok(records)
+}
+
+/// Records that `id` first appears on `line` of `path`, or errors with [`Error::DuplicateId`]
+/// naming both lines: the uniqueness rule of [`read_texts`] and [`crate::scan_texts`].
+pub(crate) fn note_new_id(
+    first_line: &mut HashMap<String, usize>,
+    path: &Path,
+    line: usize,
+    id: &str,
+) -> Result<()> {
+    if let Some(&first) = first_line.get(id) {
+        return Err(Error::DuplicateId {
+            path: path.to_path_buf(),
+            line,
+            first_line: first,
+            id: id.to_string(),
+        });
+    }
+    first_line.insert(id.to_string(), line);
+    Ok(())
 }
 
 /// The records of a JSONL file of texts one by one, with their line numbers, in

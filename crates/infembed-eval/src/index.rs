@@ -688,7 +688,10 @@ fn read_safetensors(
 }
 
 /// Reads `count` little-endian `f32` values, block by block, into a vector of exactly that size.
-fn read_f32s(reader: &mut impl std::io::Read, count: usize) -> std::io::Result<Vec<f32>> {
+pub(crate) fn read_f32s(
+    reader: &mut impl std::io::Read,
+    count: usize,
+) -> std::io::Result<Vec<f32>> {
     let mut out = Vec::with_capacity(count);
     let mut block = vec![0u8; count.min(1 << 18) * 4];
     while out.len() < count {

@@ -11,9 +11,11 @@ use infembed_encoder::DualEncoder;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::embed::{EMBED_CHUNK, Side, TextReader, TextRecord, embed_chunk, encoder_source};
+use crate::embed::{
+    EMBED_CHUNK, Side, TextReader, TextRecord, embed_chunk, encoder_source, note_new_id,
+};
 use crate::error::{Error, Result};
-use crate::index::{IndexFormat, IndexLayout, IndexWriter};
+use crate::index::{IndexFormat, IndexLayout, IndexWriter, read_f32s};
 
 /// Records per shard unless told otherwise: 16 chunks of [`EMBED_CHUNK`].
 pub const DEFAULT_SHARD_RECORDS: usize = 16 * EMBED_CHUNK;
@@ -137,15 +139,7 @@ pub fn scan_texts(path: impl AsRef<Path>) -> Result<TextFileScan> {
         let reader = BufReader::with_capacity(1 << 16, &mut hashing);
         for item in TextReader::new(reader, path) {
             let (line, record) = item?;
-            if let Some(&first) = first_line.get(&record.id) {
-                return Err(Error::DuplicateId {
-                    path: path.to_path_buf(),
-                    line,
-                    first_line: first,
-                    id: record.id,
-                });
-            }
-            first_line.insert(record.id.clone(), line);
+            note_new_id(&mut first_line, path, line, &record.id)?;
             ids.push(record.id);
         }
     }
@@ -452,25 +446,24 @@ pub fn embed_file(
     let mut writer = IndexWriter::create(output, &scan.ids, dim, &model)?;
     for s in 0..shards {
         let path = shard_path(&parts, s);
-        let bytes = std::fs::read(&path).map_err(|source| Error::Read {
+        let rerr = |source| Error::Read {
             path: path.clone(),
             source,
-        })?;
-        if bytes.len() != shard_rows(s) * dim * 4 {
+        };
+        let mut file = std::fs::File::open(&path).map_err(rerr)?;
+        let len = file.metadata().map_err(rerr)?.len();
+        if len != (shard_rows(s) * dim * 4) as u64 {
             return Err(Error::PartsDir {
                 dir: parts,
                 problem: format!(
-                    "{} holds {} bytes, expected {}",
+                    "{} holds {len} bytes, expected {}",
                     path.display(),
-                    bytes.len(),
                     shard_rows(s) * dim * 4
                 ),
             });
         }
-        let values: Vec<f32> = bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let values =
+            read_f32s(&mut BufReader::new(&mut file), shard_rows(s) * dim).map_err(rerr)?;
         if let Some(i) = values.iter().position(|v| !v.is_finite()) {
             return Err(Error::IndexShape {
                 problem: format!(
