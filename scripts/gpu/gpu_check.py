@@ -13,7 +13,9 @@ Subcommands (each prints JSON on stdout where it has a result):
     compare A.npy B.npy       max abs difference of two embedding matrices (exit 1 over
                               --threshold); checks FILE.ids.txt orders when both exist
     embed-log FILE            parses `infembed embed`'s "embedded N passages ... in X s"
-    train-log FILE            parses `infembed train`'s "done: N optimizer steps, R rows/s"
+    train-log FILE            parses `infembed train`'s "done: N optimizer steps, R rows/s" and
+                              its step lines (the rate after --warmup-steps with --rows-per-step)
+    torch-train-log FILE      parses scripts/train/bench_torch.py's summary line
     history FILE              dev metrics at the first and last evaluation of history.json
     patch-config SRC --out DST --output-dir DIR [--max-steps N]
                               a copy of a training TOML with output_dir (and max_steps) set
@@ -356,6 +358,8 @@ def cmd_passages(args):
 EMBED_RE = re.compile(r"embedded (\d+) (passages|queries) \(d = (\d+)\) in ([0-9.]+) s")
 TRAIN_RE = re.compile(r"done: (\d+) optimizer steps, ([0-9.]+) rows/s")
 STEP_RE = re.compile(r"train step\s+(\d+)/(\d+) .*rows/s ([0-9.]+)")
+TORCH_TRAIN_RE = re.compile(
+    r"PyTorch \S+ on (.+?): step .*?: ([0-9.]+) s/step, ([0-9.]+) rows/s, peak RSS ([0-9.]+) MiB")
 
 
 def cmd_embed_log(args):
@@ -390,7 +394,50 @@ def cmd_train_log(args):
         out["step_rows_per_s"] = float(steps[-1][2])
         out["steps_logged"] = int(steps[-1][0])
         out["total_steps"] = int(steps[-1][1])
+        rows_per_step = args.rows_per_step
+        if rows_per_step is None:
+            # "... 12 row(s) per batch x 1 accumulation ..." (the trainer's opening line)
+            b = re.search(r"(\d+) row\(s\) per batch x (\d+) accumulation", text)
+            rows_per_step = int(b.group(1)) * int(b.group(2)) if b else None
+        out["step_rows_per_s_after_warmup"] = steady_rate(
+            [(int(k), float(r)) for k, _, r in steps], rows_per_step, args.warmup_steps)
+        out["rows_per_step"] = rows_per_step
+        out["warmup_steps"] = args.warmup_steps
     print(json.dumps(out))
+    return 0
+
+
+def steady_rate(points, rows_per_step, warmup):
+    """Rows/s of the optimizer steps after the first `warmup` ones.
+
+    Each progress line gives the running rate r_k = rows / seconds over steps 1..k, so the
+    time to step k is T_k = rows_per_step * k / r_k and the rate over steps w+1..n is
+    rows_per_step * (n - w) / (T_n - T_w): the first steps (shader compilation, autotuning)
+    drop out. None when the run is too short or a rate is zero."""
+    if not points or rows_per_step is None:
+        return None
+    by_step = dict(points)
+    n = max(by_step)
+    w = max((k for k in by_step if k <= warmup), default=None)
+    if w is None or n <= w or by_step[n] <= 0 or by_step[w] <= 0:
+        return None
+    t_n = rows_per_step * n / by_step[n]
+    t_w = rows_per_step * w / by_step[w]
+    if t_n <= t_w:
+        return None
+    return rows_per_step * (n - w) / (t_n - t_w)
+
+
+def cmd_torch_train_log(args):
+    """Parses scripts/train/bench_torch.py's summary line."""
+    text = open(args.file, encoding="utf-8", errors="replace").read()
+    m = TORCH_TRAIN_RE.findall(text)
+    if not m:
+        print(json.dumps({"seconds_per_step": None, "rows_per_s": None}))
+        return 1
+    where, per_step, rate, rss = m[-1]
+    print(json.dumps({"where": where, "seconds_per_step": float(per_step),
+                      "rows_per_s": float(rate), "peak_rss_mib": float(rss)}))
     return 0
 
 
@@ -589,6 +636,10 @@ def cmd_report(args):
             "max_steps": get("train", "max_steps"),
             "rows_per_s": get("train", "rows_per_s"),
             "step_rows_per_s": get("train", "step_rows_per_s"),
+            "step_rows_per_s_after_warmup": get("train", "step_rows_per_s_after_warmup"),
+            "torch_step_rows_per_s": get("torch_train", "rows_per_s"),
+            "torch_seconds_per_step": get("torch_train", "seconds_per_step"),
+            "torch_where": get("torch_train", "where"),
             "dev_before": get("train", "dev_before"),
             "dev_after": get("train", "dev_after"),
         },
@@ -654,6 +705,11 @@ def main(argv=None):
     p.add_argument("--wall", type=float, help="the process's wall seconds")
     p = sub.add_parser("train-log")
     p.add_argument("file")
+    p.add_argument("--rows-per-step", type=int, help="rows of one optimizer step (default: read from the log)")
+    p.add_argument("--warmup-steps", type=int, default=20,
+                   help="steps left out of step_rows_per_s_after_warmup (default 20)")
+    p = sub.add_parser("torch-train-log")
+    p.add_argument("file")
     p = sub.add_parser("history")
     p.add_argument("file")
     p = sub.add_parser("patch-config")
@@ -687,6 +743,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     fn = {"narrow": cmd_narrow, "widen": cmd_widen, "passages": cmd_passages,
           "compare": cmd_compare, "embed-log": cmd_embed_log, "train-log": cmd_train_log,
+          "torch-train-log": cmd_torch_train_log,
           "history": cmd_history, "patch-config": cmd_patch_config, "stage": cmd_stage,
           "report": cmd_report, "bundle-manifest": cmd_bundle_manifest}[args.cmd]
     return fn(args) or 0

@@ -3,6 +3,7 @@
 # that has no Rust toolchain and no network, in at most 64 MiB (scripts/gpu/README.md).
 #
 #   scripts/gpu/pack.sh [--out DIR] [--no-build] [--features LIST] [--no-tree-check] [--python PY]
+#                       [--vulkan-loader]
 #
 #   --out DIR        the bundle folder (default target/gpu-pack; relative to the repository
 #                    root; emptied first). Keep it under target/ (git-ignored) so that the
@@ -13,11 +14,18 @@
 #                    tree, which the device tool sends along with the carried bundle, counts too)
 #   --python PY      a Python with numpy (and, preferably, safetensors) for the float16
 #                    conversion (default: $PYTHON, else python3)
+#   --vulkan-loader  also carry the Debian packages of the Vulkan loader and GLVND (libvulkan1,
+#                    libglvnd0, libglx0, libgl1, libegl1, libgles2, libopengl0; amd64, about
+#                    370 KB, fetched with apt-get download) in gl/, for GPU machines whose
+#                    driver comes without the Vulkan loader (run_on_gpu.sh unpacks them there
+#                    only when the libraries are missing)
 #
 # Layout (repository-relative, so that the quickstart config's paths resolve from the bundle
 # root): infembed.xz, models/all-MiniLM-L6-v2/ (float16 weights + WEIGHTS_ARE_F16.txt),
-# examples/configs/quickstart.toml, the data files it names, data/msmarco-subset/ (the
-# quickstart's ad hoc retrieval check), scripts/gpu/, bundle.json (sizes, sha256, commit).
+# examples/configs/quickstart.toml, the data files it names (not data/msmarco-subset/: the
+# check runs `infembed train` on the config, not the quickstart command, and the bundle needs
+# the room), scripts/gpu/, scripts/train/bench_torch.py (PyTorch's
+# training step), gl/ (with --vulkan-loader), bundle.json (sizes, sha256, commit).
 set -euo pipefail
 
 LIMIT=67108864 # 64 MiB: what the device tool carries
@@ -25,6 +33,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="$ROOT/target/gpu-pack"
 BUILD=1
 TREE_CHECK=1
+LOADER=0
 FEATURES=wgpu
 PY="${PYTHON:-python3}"
 MODEL_REL=models/all-MiniLM-L6-v2
@@ -48,6 +57,10 @@ while [ $# -gt 0 ]; do
             ;;
         --no-tree-check)
             TREE_CHECK=0
+            shift
+            ;;
+        --vulkan-loader)
+            LOADER=1
             shift
             ;;
         --features)
@@ -143,7 +156,7 @@ NARROW_JSON=$("$PY" scripts/gpu/gpu_check.py narrow "$MODEL_REL/model.safetensor
     "$OUT/$MODEL_REL/model.safetensors")
 echo "pack.sh: $NARROW_JSON" >&2
 
-# ---- the quickstart: its config, the files it names, msmarco-subset
+# ---- the training config and the files it names
 copy_rel() { # copy repository-relative files or folders into the bundle
     local p
     for p in "$@"; do
@@ -157,14 +170,30 @@ mapfile -t DATA_FILES < <(sed -n '/^\[data\]/,/^\[/p' "$CONFIG_REL" |
     sed -n 's/^[[:space:]]*[a-z_]*[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p')
 [ "${#DATA_FILES[@]}" -gt 0 ] || die "found no data file in [data] of $CONFIG_REL"
 copy_rel "$CONFIG_REL" "${DATA_FILES[@]}"
-for extra in data/PROVENANCE.md data/inf-ir-sample/README.md data/msmarco-subset; do
-    # msmarco-subset: `infembed quickstart` scores it before and after (quickstart.rs)
+for extra in data/PROVENANCE.md data/inf-ir-sample/README.md; do
     if [ -e "$extra" ]; then copy_rel "$extra"; fi
 done
 
 # ---- the scripts
-copy_rel scripts/gpu/run_on_gpu.sh scripts/gpu/README.md
+copy_rel scripts/gpu/run_on_gpu.sh scripts/gpu/README.md scripts/train/bench_torch.py
 for f in scripts/gpu/*.py; do copy_rel "$f"; done
+
+# ---- the Vulkan loader and GLVND's libraries (Debian packages, amd64), for GPU
+# machines whose driver has no loader installed; run_on_gpu.sh unpacks them only when missing
+if [ "$LOADER" = 1 ]; then
+    command -v apt-get >/dev/null 2>&1 || die "--vulkan-loader needs apt-get (Debian/Ubuntu)"
+    mkdir -p "$OUT/gl" "$OUT/.apt-lists/partial"
+    apt_opts=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64
+        "-oDir::State::Lists=$OUT/.apt-lists")
+    apt-get "${apt_opts[@]}" update >/dev/null 2>&1 || die "apt-get update failed"
+    # libvulkan1 and libglvnd0 alone were not enough on an H200 machine (no adapter); the
+    # whole set was (measured 2026-11-26, scripts/gpu/README.md)
+    (cd "$OUT/gl" && apt-get "${apt_opts[@]}" download libvulkan1 libglvnd0 libglx0 libgl1 \
+        libegl1 libgles2 libopengl0 >/dev/null 2>&1) ||
+        die "apt-get download of the Vulkan loader and GLVND packages failed"
+    rm -rf "$OUT/.apt-lists"
+    echo "pack.sh: Vulkan loader packages: $(cd "$OUT/gl" && ls | paste -sd ' ' -)" >&2
+fi
 find "$OUT/scripts" -name __pycache__ -prune -exec rm -rf {} +
 
 # ---- manifest

@@ -29,8 +29,9 @@
 #
 # Stages: setup (unpack the binary, widen the f16 weights), environment, devices, parity,
 # torch_parity, throughput_infembed (and throughput_infembed_f16 with --infembed-f16),
-# torch_fp32, torch_fp16 (CUDA only), train. A failed stage is recorded in the JSON with its
-# stderr tail and the next one runs; the exit status is 1 if any stage failed.
+# torch_fp32, torch_fp16 (CUDA only), train, torch_train (PyTorch's training step on the same
+# GPU). A failed stage is recorded in the JSON with its stderr tail and the next one runs; the
+# exit status is 1 if any stage failed.
 set -uo pipefail # no -e: each stage's failure is recorded, then the next stage runs
 
 ORIG_PWD="$PWD"
@@ -143,6 +144,28 @@ if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
     export XDG_RUNTIME_DIR="$WORK/xdg"
 fi
 
+# The Vulkan loader (libvulkan.so.1) and GLVND's libraries (NVIDIA's Vulkan driver is
+# libGLX_nvidia.so.0, which needs them) are not installed on every GPU machine that has the
+# driver. A bundle made with `pack.sh --vulkan-loader` carries their
+# Debian packages in gl/: unpacked into / (root only; a throwaway machine) when missing.
+has_lib() { (ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null) | grep -q "$1"; }
+LOADER_NOTE="present"
+if ! has_lib 'libvulkan\.so\.1' || ! has_lib 'libGLdispatch\.so\.0'; then
+    LOADER_NOTE="missing"
+    if compgen -G "gl/*.deb" >/dev/null && command -v dpkg >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        for deb in gl/*.deb; do dpkg -x "$deb" / || log "could not unpack $deb"; done
+        ldconfig 2>/dev/null || /sbin/ldconfig 2>/dev/null
+        LOADER_NOTE="unpacked from gl/: $(cd gl && ls *.deb | paste -sd ' ' -)"
+    fi
+fi
+# NVIDIA's container runtime may put the driver's ICD file outside the loader's search path.
+NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && [ -f "$NV_ICD" ] &&
+    ! ls /usr/share/vulkan/icd.d/*nvidia* /etc/vulkan/icd.d/*nvidia* >/dev/null 2>&1; then
+    export VK_DRIVER_FILES="$NV_ICD"
+fi
+log "Vulkan loader: $LOADER_NOTE; VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset}"
+
 # No network there: sentence-transformers must not try the Hugging Face hub.
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"
 export PYTHONUNBUFFERED=1
@@ -234,12 +257,12 @@ except Exception:
 print(json.dumps(info))
 EOF
 env_vars="{}"
-env_vars="$("$PY" -c 'import json, os; print(json.dumps({k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "CUBECL_WGPU_DEFAULT_DEVICE", "WGPU_BACKEND", "WGPU_ADAPTER_NAME", "VK_ICD_FILENAMES", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")}))')" || true
+env_vars="$("$PY" -c 'import json, os; print(json.dumps({k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "CUBECL_WGPU_DEFAULT_DEVICE", "WGPU_BACKEND", "WGPU_ADAPTER_NAME", "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")}))')" || true
 next_stage environment
 helper stage --name environment --rc 0 --text "nvidia_smi=$WORK/nvidia-smi.txt" \
     --text "vulkaninfo_summary=$WORK/vulkaninfo.txt" --json "python=$WORK/python.json" \
     --set "env=$env_vars" --set "libvulkan=${libvulkan:-null}" --set "kernel=$(uname -sr)" --set "cpus=$(nproc 2>/dev/null || echo null)" \
-    --out "$out_file"
+    --set "vulkan_loader=\"$LOADER_NOTE\"" --out "$out_file"
 CUDA_OK=0
 "$PY" -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1])).get("cuda_available") else 1)' \
     "$WORK/python.json" 2>/dev/null && CUDA_OK=1
@@ -409,6 +432,25 @@ stage_train() {
         --json "$WORK/train-log.json" --json "$WORK/train-history.json" --out "$out_file"
 }
 
+# The PyTorch training step on the same GPU: scripts/train/bench_torch.py, the quickstart's step
+# (all-MiniLM-L6-v2, 4 records = 12 rows, multivariate (P, I), AdamW) in transformers + torch.
+stage_torch_train() {
+    next_stage torch_train
+    local dev="$TORCH_DEVICE" steps=30 rc
+    if [ "$dev" = auto ]; then
+        if [ "$CUDA_OK" = 1 ]; then dev=cuda; else dev=cpu; fi
+    fi
+    [ "$dev" = cuda ] || steps=3
+    run torch-train "$PY" scripts/train/bench_torch.py "$MODEL" --device "$dev" \
+        --steps "$steps" --threads "$(nproc 2>/dev/null || echo 2)"
+    rc=$RC
+    helper torch-train-log "$WORK/torch-train.out" >"$WORK/torch-train.json" 2>/dev/null ||
+        { [ "$rc" != 0 ] || rc=1; }
+    helper stage --name torch_train --rc "$rc" --seconds "$SECS" --stderr "$WORK/torch-train.err" \
+        --stdout "$WORK/torch-train.out" --set "device=\"$dev\"" --set "steps=$steps" \
+        --json "$WORK/torch-train.json" --out "$out_file"
+}
+
 # ---------------------------------------------------------------------------- the stages
 if wants parity; then stage_parity; else skip parity "not selected (--only)"; fi
 if wants parity && wants torch; then
@@ -419,11 +461,12 @@ fi
 if wants throughput; then stage_throughput; else skip throughput_infembed "not selected (--only)"; fi
 if wants torch; then stage_torch; else skip torch_fp32 torch_fp16 "not selected (--only)"; fi
 if [ "$SKIP_TRAIN" = 1 ]; then
-    skip train "not run: --skip-train"
+    skip train torch_train "not run: --skip-train"
 elif wants train; then
     stage_train
+    stage_torch_train
 else
-    skip train "not selected (--only)"
+    skip train torch_train "not selected (--only)"
 fi
 
 # -------------------------------------------------------------------------------- report

@@ -6,9 +6,12 @@ transformers (mean pooling, L2 normalization), the first 4 records of the InF-IR
 (12 rows), Interaction I ("{query} {instruction}") with K = 5 instruction negatives per row
 (rows i+1..i+5 mod 12), the multivariate (P, I) loss written in torch (paper convention:
 each marginal sum includes the positive; temperature 0.05; duplicates masked), global-norm
-clipping 1.0 and AdamW(5e-5), on CPU torch with 2 threads, max lengths 128 / 256.
+clipping 1.0 and AdamW(5e-5), on CPU torch with 2 threads (`--threads`), max lengths 128 / 256.
+`--device cuda` runs the step on a GPU (timed with `torch.cuda.synchronize()`), the comparison
+for `infembed train --device wgpu` on a GPU machine (scripts/gpu/README.md).
 
     /work/venvs/hf/bin/python scripts/train/bench_torch.py [MODEL_DIR] [--steps N]
+        [--device cpu|cuda] [--threads N]
 
 Prints seconds per step (mean after one warm-up step), rows/s and peak RSS.
 """
@@ -37,8 +40,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?", default="models/all-MiniLM-L6-v2")
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
+    dev = torch.device(args.device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     torch.manual_seed(0)
     with open("data/inf-ir-sample/train.jsonl") as f:
         records = [json.loads(line) for line in f][:4]
@@ -57,12 +64,15 @@ def main():
     same_i = torch.tensor([[rows[negs[i][c]][0] == rows[i][0] for c in range(k)] for i in range(n)])
 
     tok = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModel.from_pretrained(args.model)
+    model = AutoModel.from_pretrained(args.model, dtype=torch.float32).to(dev)
     model.train()
+    p_idx, iq_idx, instr_idx = p_idx.to(dev), iq_idx.to(dev), instr_idx.to(dev)
+    same_p, same_i = same_p.to(dev), same_i.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=5e-5)
 
     def embed(texts, max_len):
-        b = tok(texts, padding=True, truncation=True, max_length=max_len, return_tensors="pt")
+        b = tok(texts, padding=True, truncation=True, max_length=max_len,
+                return_tensors="pt").to(dev)
         h = model(**b).last_hidden_state
         m = b["attention_mask"].unsqueeze(-1).float()
         return F.normalize((h * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=-1)
@@ -70,13 +80,15 @@ def main():
     scale = 1 / 0.05
     times = []
     for step in range(args.steps + 1):
+        sync()
         t = time.perf_counter()
         ep = embed(passages, 256)
         eq = embed(queries, 128)
         p, iq, iq_instr = ep[p_idx], eq[iq_idx], eq[instr_idx]
         pos = (iq * p).sum(-1) * scale                       # [n]
         lp = (iq @ p.T) * scale                              # P-marginal: [n, n]
-        lp = lp.masked_fill(same_p & ~torch.eye(n, dtype=torch.bool), float("-inf"))
+        lp = lp.masked_fill(same_p & ~torch.eye(n, dtype=torch.bool, device=dev),
+                            float("-inf"))
         li = torch.einsum("nkd,nd->nk", iq_instr, p) * scale  # I-marginal: [n, k]
         li = li.masked_fill(same_i, float("-inf"))
         # Multivariate, positive per marginal: the P row holds the positive on its diagonal;
@@ -87,14 +99,16 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         secs = time.perf_counter() - t
         print(f"step {step}: loss {loss.item():.4f}, {secs:.2f} s", flush=True)
         if step > 0:
             times.append(secs)
     mean = sum(times) / len(times)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"PyTorch {torch.__version__} step (MiniLM-L6, 12 rows, {len(passages) + len(queries)} "
-          f"distinct texts): {mean:.2f} s/step, {n / mean:.1f} rows/s, peak RSS {peak:.0f} MiB")
+    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {args.threads} threads"
+    print(f"PyTorch {torch.__version__} on {where}: step (MiniLM-L6, 12 rows, {len(passages) + len(queries)} "
+          f"distinct texts): {mean:.4f} s/step, {n / mean:.1f} rows/s, peak RSS {peak:.0f} MiB")
 
 
 if __name__ == "__main__":

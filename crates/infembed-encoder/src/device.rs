@@ -9,7 +9,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, DeviceError, FloatDType, Tensor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, Result};
@@ -67,9 +67,13 @@ impl DeviceSpec {
         self.device_with(Precision::F32)
     }
 
-    /// The burn device computing in `precision`. Only f32 is accepted today: the CPU computes
-    /// in f32 only, and half precision is refused on every device until the loader casts the
-    /// weights (docs/devices.md, "Precision").
+    /// The burn device computing in `precision`.
+    ///
+    /// The CPU computes in f32 only. On a GPU device `bf16` / `f16` become the device's float
+    /// type (burn's `Device::configure`): every float tensor created on it has that type, and
+    /// models loaded onto it cast their weights to it once, at load. burn fixes a device's
+    /// types when the first tensor is made on it, so a process cannot use one GPU in two
+    /// precisions: asking for another precision after that is an [`Error::Device`].
     pub fn device_with(&self, precision: Precision) -> Result<Device> {
         if !self.is_compiled() {
             let feature = self.feature().unwrap_or("?");
@@ -83,19 +87,31 @@ impl DeviceSpec {
                 "the CPU computes in f32; `dtype = \"{precision}\"` is for GPU devices"
             )));
         }
-        if precision != Precision::F32 {
-            // burn's device setting applies to the tensors created on the device, but a model
-            // loaded from safetensors keeps its f32 weights, and the f16 padding mask then meets
-            // f32 states in pooling (non-finite rows on padded batches, measured on wgpu). Refused
-            // until the loader casts the weights (docs/devices.md, "Precision").
-            return Err(self.error(format!(
-                "{precision} is not supported yet: models load with f32 weights, so only f32 \
-                 is correct (docs/devices.md, \"Precision\")"
-            )));
-        }
-        let device = self.open()?;
+        let mut device = self.open()?;
         if self.is_cpu() {
             return Ok(device);
+        }
+        let wanted = precision.float_dtype();
+        let current = guarded(|| Ok(device.settings().float_dtype)).map_err(|p| self.error(p))?;
+        if current != wanted {
+            let configured = guarded(|| Ok(device.configure(wanted)));
+            match configured {
+                Ok(Ok(())) => {}
+                Ok(Err(DeviceError::UnsupportedDType { .. })) => {
+                    return Err(self.error(format!(
+                        "this device cannot compute in {precision} (its backend does not offer \
+                         that type; wgpu has f16 where the GPU does, and no bf16)"
+                    )));
+                }
+                Ok(Err(_)) => {
+                    return Err(self.error(format!(
+                        "cannot switch it to {precision}: it already computes in \
+                         {current:?} in this process (burn fixes a device's float type at its \
+                         first tensor)"
+                    )));
+                }
+                Err(p) => return Err(self.error(p)),
+            }
         }
         self.probe(device)
     }
@@ -252,7 +268,7 @@ impl<'de> Deserialize<'de> for DeviceSpec {
 }
 
 /// The float type a device computes in: `f32` (the default, and the only one on the CPU),
-/// `bf16` or `f16`.
+/// `bf16` or `f16` (GPU devices, inference; see [`DeviceSpec::device_with`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Precision {
     /// 32-bit floats.
@@ -262,6 +278,17 @@ pub enum Precision {
     Bf16,
     /// IEEE half precision.
     F16,
+}
+
+impl Precision {
+    /// burn's float type for this precision.
+    pub fn float_dtype(self) -> FloatDType {
+        match self {
+            Self::F32 => FloatDType::F32,
+            Self::Bf16 => FloatDType::BF16,
+            Self::F16 => FloatDType::F16,
+        }
+    }
 }
 
 impl fmt::Display for Precision {
@@ -444,12 +471,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("f32"), "{err}");
-        // Half precision is refused on every device for now (docs/devices.md, "Precision").
-        let gpu = DeviceSpec::Wgpu(None);
-        if gpu.is_compiled() {
-            let err = gpu.device_with(Precision::F16).unwrap_err().to_string();
-            assert!(err.contains("not supported yet"), "{err}");
-        }
     }
 
     #[test]

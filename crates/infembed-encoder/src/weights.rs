@@ -7,7 +7,8 @@
 //!
 //! Checkpoints as they ship: one `model.safetensors`, or shards listed by
 //! `model.safetensors.index.json` (its `weight_map`); any float dtype (f32, bf16, f16) is cast
-//! to f32 on load, the compute dtype of every device here.
+//! on load to the float type of the device the module lives on (f32 on the CPU; a GPU device
+//! configured for `bf16` / `f16` gets its weights in that type, cast once here).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -119,12 +120,16 @@ pub(crate) fn load_into<M: ModuleSnapshot>(
 }
 
 /// Loads every file of `files` into `module`; each parameter must come from one of them.
-/// Float tensors of any dtype are cast to f32.
+/// Float tensors of any dtype are cast to the float type of the module's device.
 fn load_files<M: ModuleSnapshot>(
     module: &mut M,
     files: &[PathBuf],
     remaps: &[(&str, &str)],
 ) -> Result<()> {
+    let target: DType = module
+        .devices()
+        .first()
+        .map_or(DType::F32, |device| device.settings().float_dtype.into());
     // Parameters not found in any file so far (None before the first file).
     let mut missing: Option<BTreeSet<String>> = None;
     for path in files {
@@ -134,7 +139,7 @@ fn load_files<M: ModuleSnapshot>(
                 what: "model weights (safetensors)",
             });
         }
-        let adapter = PyTorchToBurnAdapter.chain(FloatCastAdapter::to(DType::F32));
+        let adapter = PyTorchToBurnAdapter.chain(FloatCastAdapter::to(target));
         let mut store = SafetensorsStore::from_file(path)
             .with_from_adapter(adapter)
             .allow_partial(true)

@@ -6,20 +6,101 @@
 //!
 //! The scoring is documented at [`Bm25Index`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-/// BM25 parameters.
+use crate::stem::{LUCENE_ENGLISH_STOPWORDS, porter_stem};
+
+/// BM25 parameters and text analysis.
+///
+/// The default analysis is the plain one this crate has always used (lower-cased alphanumeric
+/// tokens, nothing removed, nothing stemmed). Pyserini's default analyzer (Lucene's English
+/// analyzer) also removes English stop words and applies Porter's stemmer:
+/// [`Bm25Config::pyserini`] sets both.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Bm25Config {
     /// Term-frequency saturation.
     pub k1: f32,
     /// Length normalisation (0 = none, 1 = full).
     pub b: f32,
+    /// Stemming of every token (documents and queries alike).
+    #[serde(default)]
+    pub stemmer: Stemmer,
+    /// Stop words removed before scoring.
+    #[serde(default)]
+    pub stopwords: StopWords,
 }
 
 impl Default for Bm25Config {
     fn default() -> Self {
-        Self { k1: 0.9, b: 0.4 }
+        Self {
+            k1: 0.9,
+            b: 0.4,
+            stemmer: Stemmer::None,
+            stopwords: StopWords::None,
+        }
+    }
+}
+
+impl Bm25Config {
+    /// Pyserini's defaults: `k1 = 0.9`, `b = 0.4`, Lucene's English stop words and Porter's
+    /// stemmer.
+    pub fn pyserini() -> Self {
+        Self {
+            stemmer: Stemmer::Porter,
+            stopwords: StopWords::Lucene,
+            ..Self::default()
+        }
+    }
+}
+
+/// How BM25 tokens are stemmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stemmer {
+    /// Tokens are kept as they are.
+    #[default]
+    None,
+    /// Porter's stemmer as Lucene's `PorterStemFilter` applies it ([`crate::porter_stem`]).
+    Porter,
+}
+
+/// Which stop words BM25 drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StopWords {
+    /// None: every token counts.
+    #[default]
+    None,
+    /// The 33 English stop words of Lucene's `EnglishAnalyzer` ("a", "an", "and", "the", ...).
+    Lucene,
+}
+
+/// Turns texts into BM25 terms: [`tokenize`], then the stop words and the stemmer of a config.
+#[derive(Debug, Clone)]
+struct Analyzer {
+    stopwords: HashSet<&'static str>,
+    stemmer: Stemmer,
+}
+
+impl Analyzer {
+    fn new(config: &Bm25Config) -> Self {
+        let stopwords = match config.stopwords {
+            StopWords::None => HashSet::new(),
+            StopWords::Lucene => LUCENE_ENGLISH_STOPWORDS.into_iter().collect(),
+        };
+        Self {
+            stopwords,
+            stemmer: config.stemmer,
+        }
+    }
+
+    fn terms<'a>(&'a self, text: &'a str) -> impl Iterator<Item = String> + 'a {
+        tokenize(text)
+            .filter(|t| !self.stopwords.contains(t.as_str()))
+            .map(|t| match self.stemmer {
+                Stemmer::None => t,
+                Stemmer::Porter => porter_stem(&t),
+            })
     }
 }
 
@@ -41,11 +122,14 @@ pub fn tokenize(text: &str) -> impl Iterator<Item = String> + '_ {
 /// ```
 ///
 /// A query token that occurs twice counts twice (as Lucene's boolean query of term clauses does).
-/// Tokens are maximal runs of alphanumeric characters, lower-cased; there is no stemming and no stop
-/// list. Defaults `k1 = 0.9`, `b = 0.4` are Anserini's/Pyserini's.
+/// Tokens are maximal runs of alphanumeric characters, lower-cased; by default there is no
+/// stemming and no stop list ([`Bm25Config::pyserini`] adds Lucene's English stop words and
+/// Porter's stemmer, to documents and queries alike). Defaults `k1 = 0.9`, `b = 0.4` are
+/// Anserini's/Pyserini's.
 #[derive(Debug, Clone)]
 pub struct Bm25Index {
     config: Bm25Config,
+    analyzer: Analyzer,
     /// term -> (document index, term frequency), document indices ascending.
     postings: HashMap<String, Vec<(u32, u32)>>,
     doc_len: Vec<u32>,
@@ -55,13 +139,14 @@ pub struct Bm25Index {
 impl Bm25Index {
     /// Indexes `texts`; document `i` of the result is `texts[i]`.
     pub fn new<'a>(texts: impl IntoIterator<Item = &'a str>, config: Bm25Config) -> Self {
+        let analyzer = Analyzer::new(&config);
         let mut postings: HashMap<String, Vec<(u32, u32)>> = HashMap::new();
         let mut doc_len = Vec::new();
         for (i, text) in texts.into_iter().enumerate() {
             let doc = u32::try_from(i).expect("corpus larger than u32::MAX documents");
             let mut tf: HashMap<String, u32> = HashMap::new();
             let mut len = 0u32;
-            for token in tokenize(text) {
+            for token in analyzer.terms(text) {
                 *tf.entry(token).or_default() += 1;
                 len += 1;
             }
@@ -78,6 +163,7 @@ impl Bm25Index {
         };
         Self {
             config,
+            analyzer,
             postings,
             doc_len,
             avg_len,
@@ -94,7 +180,8 @@ impl Bm25Index {
         self.doc_len.is_empty()
     }
 
-    /// The inverse document frequency of a (lower-cased) term.
+    /// The inverse document frequency of a term (lower-cased, and stemmed when the config
+    /// stems).
     pub fn idf(&self, term: &str) -> f32 {
         let n = self.doc_len.len() as f32;
         let df = self.postings.get(term).map_or(0, Vec::len) as f32;
@@ -103,9 +190,9 @@ impl Bm25Index {
 
     /// The BM25 score of `query` against every document, in corpus order.
     pub fn score_all(&self, query: &str) -> Vec<f32> {
-        let Bm25Config { k1, b } = self.config;
+        let Bm25Config { k1, b, .. } = self.config;
         let mut scores = vec![0.0f32; self.doc_len.len()];
-        for token in tokenize(query) {
+        for token in self.analyzer.terms(query) {
             let Some(list) = self.postings.get(&token) else {
                 continue;
             };
@@ -130,14 +217,22 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// BM25 straight from the formula, document by document, in f64.
-    fn naive(docs: &[&str], query: &str, k1: f64, b: f64) -> Vec<f64> {
-        let toks: Vec<Vec<String>> = docs.iter().map(|d| tokenize(d).collect()).collect();
+    /// BM25 straight from the formula, document by document, in f64, over the terms `analyze`
+    /// makes of a text.
+    fn naive_with(
+        docs: &[&str],
+        query: &str,
+        k1: f64,
+        b: f64,
+        analyze: impl Fn(&str) -> Vec<String>,
+    ) -> Vec<f64> {
+        let toks: Vec<Vec<String>> = docs.iter().map(|d| analyze(d)).collect();
         let n = docs.len() as f64;
         let avg = toks.iter().map(Vec::len).sum::<usize>() as f64 / n;
         toks.iter()
             .map(|d| {
-                tokenize(query)
+                analyze(query)
+                    .into_iter()
                     .map(|t| {
                         let df = toks.iter().filter(|x| x.contains(&t)).count() as f64;
                         let tf = d.iter().filter(|x| **x == t).count() as f64;
@@ -147,6 +242,50 @@ mod tests {
                     .sum()
             })
             .collect()
+    }
+
+    fn naive(docs: &[&str], query: &str, k1: f64, b: f64) -> Vec<f64> {
+        naive_with(docs, query, k1, b, |t| tokenize(t).collect())
+    }
+
+    /// Pyserini's analysis spelled out: tokens, minus Lucene's stop list, Porter-stemmed.
+    fn pyserini_terms(text: &str) -> Vec<String> {
+        tokenize(text)
+            .filter(|t| !LUCENE_ENGLISH_STOPWORDS.contains(&t.as_str()))
+            .map(|t| porter_stem(&t))
+            .collect()
+    }
+
+    #[test]
+    fn pyserini_analysis_matches_inflections_and_ignores_stop_words() {
+        let docs = [
+            "The cat runs to the connection",
+            "a dog and the cats",
+            "running",
+        ];
+        let plain = Bm25Index::new(docs, Bm25Config::default());
+        let stemmed = Bm25Index::new(docs, Bm25Config::pyserini());
+        // "running" and "runs" share the stem "run"; "cats" and "cat" the stem "cat"
+        assert_eq!(plain.score_all("running")[0], 0.0);
+        assert!(stemmed.score_all("running")[0] > 0.0);
+        assert!(stemmed.score_all("cat")[1] > 0.0);
+        // stop words never score, even where they occur
+        assert_eq!(stemmed.score_all("the and to a"), vec![0.0; 3]);
+        assert!(plain.score_all("the")[0] > 0.0);
+        assert_eq!(
+            stemmed.idf("connect"),
+            stemmed.idf(&porter_stem("connection"))
+        );
+        let cfg: Bm25Config = serde_json::from_str(
+            r#"{"k1": 0.9, "b": 0.4, "stemmer": "porter", "stopwords": "lucene"}"#,
+        )
+        .unwrap();
+        assert_eq!(cfg, Bm25Config::pyserini());
+        let old: Bm25Config = serde_json::from_str(r#"{"k1": 1.2, "b": 0.75}"#).unwrap();
+        assert_eq!(
+            (old.stemmer, old.stopwords),
+            (Stemmer::None, StopWords::None)
+        );
     }
 
     #[test]
@@ -175,9 +314,28 @@ mod tests {
             b in 0.0f64..1.0,
         ) {
             let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
-            let cfg = Bm25Config { k1: k1 as f32, b: b as f32 };
+            let cfg = Bm25Config { k1: k1 as f32, b: b as f32, ..Bm25Config::default() };
             let got = Bm25Index::new(refs.iter().copied(), cfg).score_all(&query);
             let want = naive(&refs, &query, k1, b);
+            for (g, w) in got.iter().zip(&want) {
+                let w = if w.is_nan() { 0.0 } else { *w };
+                prop_assert!((f64::from(*g) - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+            }
+        }
+
+        #[test]
+        fn pyserini_analysis_matches_the_formula(
+            docs in proptest::collection::vec(
+                proptest::collection::vec(
+                    "(the|a|and|cat|cats|run|runs|running|connect|connected|connection|dog) ", 0..8)
+                    .prop_map(|w| w.concat()),
+                1..10),
+            query in proptest::collection::vec(
+                "(the|cat|cats|running|connections|dog|bird) ", 0..5).prop_map(|w| w.concat()),
+        ) {
+            let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
+            let got = Bm25Index::new(refs.iter().copied(), Bm25Config::pyserini()).score_all(&query);
+            let want = naive_with(&refs, &query, 0.9, 0.4, pyserini_terms);
             for (g, w) in got.iter().zip(&want) {
                 let w = if w.is_nan() { 0.0 } else { *w };
                 prop_assert!((f64::from(*g) - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");

@@ -30,6 +30,7 @@ mod index;
 mod lexical;
 mod load;
 mod retrieve;
+mod stem;
 mod stream;
 mod topk;
 
@@ -46,9 +47,10 @@ pub use index::{
     EMBEDDINGS_TENSOR, EmbeddingIndex, FORMAT_TAG, FORMAT_TAG_V1, ID_BYTES_TENSOR,
     ID_OFFSETS_TENSOR, IN_MEMORY, IndexFormat, SearchHit, ids_path,
 };
-pub use lexical::{Bm25Config, Bm25Index, tokenize};
+pub use lexical::{Bm25Config, Bm25Index, Stemmer, StopWords, tokenize};
 pub use load::{ENCODER_CONFIG_FILE, load_encoder, load_heldout, model_name};
 pub use retrieve::{Bm25Retriever, Depth, QUERY_BATCH, QueryRequest, Retriever, run_queries};
+pub use stem::porter_stem;
 pub use stream::{
     DEFAULT_SHARD_RECORDS, EmbedFileOptions, EmbedFileSummary, EmbedProgress, PARTS_FORMAT,
     TextFileScan, embed_file, parts_dir, scan_texts,

@@ -7,7 +7,7 @@ use infembed_metrics::{Run, TieBreak};
 use infembed_data::QueryTemplate;
 
 use crate::error::{Error, Result};
-use crate::lexical::{Bm25Config, Bm25Index};
+use crate::lexical::{Bm25Config, Bm25Index, Stemmer, StopWords};
 use crate::topk::top_k;
 
 /// One query as a retriever sees it: the bare query and, separately, its instruction. How the two
@@ -62,7 +62,15 @@ impl Bm25Retriever {
 
 impl Retriever for Bm25Retriever {
     fn name(&self) -> String {
-        format!("bm25(k1={},b={})", self.config.k1, self.config.b)
+        let mut name = format!("bm25(k1={},b={}", self.config.k1, self.config.b);
+        if self.config.stopwords == StopWords::Lucene {
+            name.push_str(",stopwords=lucene");
+        }
+        if self.config.stemmer == Stemmer::Porter {
+            name.push_str(",stemmer=porter");
+        }
+        name.push(')');
+        name
     }
 
     fn index(&mut self, corpus: &[&str]) -> Result<()> {

@@ -46,8 +46,8 @@ pub use infembed_encoder::{DeviceListing, DeviceSpec, Precision, list_devices, m
 pub use infembed_eval::{
     Bm25Config, Bm25Retriever, Depth, EmbeddingIndex, EncoderRetriever, EvalConfig,
     FollowIrOutcome, FollowIrReport, IndexFormat, QUERY_BATCH, QueryRequest, RetrievalOutcome,
-    RetrievalReport, Retriever, SearchHit, Side, TextRecord, embed_passages, embed_queries,
-    embed_records, evaluate_followir, evaluate_retrieval, load_encoder, load_heldout, read_texts,
-    run_queries, search,
+    RetrievalReport, Retriever, SearchHit, Side, Stemmer, StopWords, TextRecord, embed_passages,
+    embed_queries, embed_records, evaluate_followir, evaluate_retrieval, load_encoder,
+    load_heldout, read_texts, run_queries, search,
 };
 pub use training::{FollowIrDevEvaluator, open_devices, retrieval_report, train};

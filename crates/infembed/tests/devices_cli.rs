@@ -96,6 +96,16 @@ fn a_device_not_compiled_in_or_malformed_is_a_one_line_error() {
 }
 
 fn embed_on(device: &str, model: &Path, input: &Path, output: &Path) -> EmbeddingIndex {
+    embed_in(device, "f32", model, input, output)
+}
+
+fn embed_in(
+    device: &str,
+    dtype: &str,
+    model: &Path,
+    input: &Path,
+    output: &Path,
+) -> EmbeddingIndex {
     ok(&run(bin()
         .args(["embed", "--model"])
         .arg(model)
@@ -103,7 +113,7 @@ fn embed_on(device: &str, model: &Path, input: &Path, output: &Path) -> Embeddin
         .arg(input)
         .arg("--output")
         .arg(output)
-        .args(["--device", device])));
+        .args(["--device", device, "--dtype", dtype])));
     EmbeddingIndex::load(output).unwrap()
 }
 
@@ -145,6 +155,59 @@ fn embed_on_wgpu_equals_the_cpu_with_minilm() {
     let diff = max_abs_diff(&cpu, &gpu);
     eprintln!("MiniLM, 40 passages: wgpu vs cpu max abs diff {diff:e}");
     assert!(diff < 1e-5, "wgpu vs cpu: {diff}");
+}
+
+/// `--dtype f16` on wgpu computes in half precision: the weights are cast to f16 at load, the
+/// padded batch (texts of different lengths) pools to finite unit vectors, and they differ
+/// from the CPU's f32 embeddings (so the half type was really used) by less than 5e-3.
+/// `--dtype bf16` is refused in one line, naming the device: WGSL has no bf16.
+#[test]
+fn embed_in_half_precision_on_wgpu_is_close_to_the_cpu() {
+    if !wgpu_available("embed_in_half_precision_on_wgpu_is_close_to_the_cpu") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = root().join("examples/data/corpus.jsonl");
+    let cpu = embed_on("cpu", &tiny_bert(), &input, &dir.path().join("cpu.npy"));
+    let half = embed_in(
+        "wgpu",
+        "f16",
+        &tiny_bert(),
+        &input,
+        &dir.path().join("f16.npy"),
+    );
+    let diff = max_abs_diff(&cpu, &half);
+    eprintln!(
+        "tiny BERT, {} texts: wgpu f16 vs cpu f32 max abs diff {diff:e}",
+        cpu.ids.len()
+    );
+    assert!(diff > 0.0 && diff < 5e-3, "f16 vs f32: {diff}");
+    for i in 0..half.ids.len() {
+        let norm: f32 = half.row(i).iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-2, "row {i}: norm {norm}");
+    }
+    let out = run(bin()
+        .args(["embed", "--model"])
+        .arg(tiny_bert())
+        .arg("--input")
+        .arg(&input)
+        .arg("--output")
+        .arg(dir.path().join("bf16.npy"))
+        .args(["--device", "wgpu", "--dtype", "bf16"]));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Mesa's software driver prints its own `EGL 'eglInitialize' ...` lines when wgpu probes
+    // the GL backend; the rest is infembed's.
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("EGL "))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("wgpu") && lines[0].contains("bf16"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("bf16.npy").exists());
 }
 
 /// `infembed eval --device wgpu` of the tiny model on the InF-IR sample's held-out test gives

@@ -9,7 +9,7 @@ use infembed::eval::model_name;
 use infembed::metrics::{Run, TieBreak};
 use infembed::{
     Bm25Config, Bm25Retriever, EncoderRetriever, EvalConfig, FollowIrReport, RetrievalReport,
-    Retriever, evaluate_followir, evaluate_retrieval, load_heldout,
+    Retriever, Stemmer, StopWords, evaluate_followir, evaluate_retrieval, load_heldout,
 };
 
 use super::load_encoder;
@@ -57,6 +57,12 @@ pub struct EvalArgs {
     /// BM25 b (the lexical baseline).
     #[arg(long, default_value_t = Bm25Config::default().b)]
     b: f32,
+    /// BM25 stemming: none, or porter (Lucene's Porter stemmer, Pyserini's default).
+    #[arg(long, default_value = "none", value_parser = parse_stemmer, conflicts_with = "model")]
+    stemmer: Stemmer,
+    /// BM25 stop words: none, or lucene (the 33 English stop words Pyserini removes).
+    #[arg(long, default_value = "none", value_parser = parse_stopwords, conflicts_with = "model")]
+    stopwords: StopWords,
     /// Documents kept per query for ad hoc retrieval runs.
     #[arg(long, default_value_t = 1000)]
     depth: usize,
@@ -68,6 +74,22 @@ pub struct EvalArgs {
     run_dir: Option<PathBuf>,
     #[command(flatten)]
     device: super::device::DeviceArgs,
+}
+
+fn parse_stemmer(text: &str) -> std::result::Result<Stemmer, String> {
+    match text {
+        "none" => Ok(Stemmer::None),
+        "porter" => Ok(Stemmer::Porter),
+        other => Err(format!("unknown stemmer `{other}` (none or porter)")),
+    }
+}
+
+fn parse_stopwords(text: &str) -> std::result::Result<StopWords, String> {
+    match text {
+        "none" => Ok(StopWords::None),
+        "lucene" => Ok(StopWords::Lucene),
+        other => Err(format!("unknown stop list `{other}` (none or lucene)")),
+    }
 }
 
 pub fn run(args: &EvalArgs) -> Result<()> {
@@ -83,6 +105,8 @@ pub fn run(args: &EvalArgs) -> Result<()> {
                 Bm25Config {
                     k1: args.k1,
                     b: args.b,
+                    stemmer: args.stemmer,
+                    stopwords: args.stopwords,
                 },
                 template,
             ))
