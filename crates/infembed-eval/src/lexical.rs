@@ -54,26 +54,77 @@ impl Bm25Config {
 }
 
 /// How BM25 tokens are stemmed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Stemmer {
-    /// Tokens are kept as they are.
+    /// Tokens are kept as they are (`none`).
     #[default]
     None,
-    /// Porter's stemmer as Lucene's `PorterStemFilter` applies it ([`crate::porter_stem`]).
+    /// Porter's stemmer as Lucene's `PorterStemFilter` applies it ([`crate::porter_stem`];
+    /// `porter`).
     Porter,
 }
 
 /// Which stop words BM25 drops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StopWords {
-    /// None: every token counts.
+    /// None: every token counts (`none`).
     #[default]
     None,
-    /// The 33 English stop words of Lucene's `EnglishAnalyzer` ("a", "an", "and", "the", ...).
+    /// The 33 English stop words of Lucene's `EnglishAnalyzer` ("a", "an", "and", "the", ...;
+    /// `lucene`).
     Lucene,
 }
+
+/// One name per variant, used everywhere the choice is written or read: `Display`, `FromStr`
+/// (the command line) and serde (configs) of [`Stemmer`] and [`StopWords`].
+macro_rules! named_choices {
+    ($ty:ident, $what:literal, $($variant:ident => $name:literal),+) => {
+        impl $ty {
+            /// The choice's name in configs, on the command line and in retriever names.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name),+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = String;
+
+            fn from_str(text: &str) -> std::result::Result<Self, String> {
+                match text {
+                    $($name => Ok(Self::$variant),)+
+                    other => Err(format!(
+                        concat!("unknown ", $what, " `{}` (expected one of: {})"),
+                        other,
+                        [$($name),+].join(", ")
+                    )),
+                }
+            }
+        }
+
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.serialize_str(self.name())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+named_choices!(Stemmer, "stemmer", None => "none", Porter => "porter");
+named_choices!(StopWords, "stop list", None => "none", Lucene => "lucene");
 
 /// Turns texts into BM25 terms: [`tokenize`], then the stop words and the stemmer of a config.
 #[derive(Debug, Clone)]

@@ -62,12 +62,18 @@ impl Bm25Retriever {
 
 impl Retriever for Bm25Retriever {
     fn name(&self) -> String {
-        let mut name = format!("bm25(k1={},b={}", self.config.k1, self.config.b);
-        if self.config.stopwords == StopWords::Lucene {
-            name.push_str(",stopwords=lucene");
+        let Bm25Config {
+            k1,
+            b,
+            stemmer,
+            stopwords,
+        } = self.config;
+        let mut name = format!("bm25(k1={k1},b={b}");
+        if stopwords != StopWords::None {
+            name.push_str(&format!(",stopwords={stopwords}"));
         }
-        if self.config.stemmer == Stemmer::Porter {
-            name.push_str(",stemmer=porter");
+        if stemmer != Stemmer::None {
+            name.push_str(&format!(",stemmer={stemmer}"));
         }
         name.push(')');
         name

@@ -102,13 +102,20 @@ impl Word {
         !matches!(self.b[len - 1], 'w' | 'x' | 'y')
     }
 
-    /// Whether the word ends with `suffix`; if so, `j` becomes the length before it.
+    /// Whether the word ends with `suffix` (ASCII, as every suffix of the rules is); if so, `j`
+    /// becomes the length before it.
     fn ends(&mut self, suffix: &str) -> bool {
-        let s: Vec<char> = suffix.chars().collect();
-        if s.len() > self.b.len() || self.b[self.b.len() - s.len()..] != s[..] {
+        debug_assert!(suffix.is_ascii());
+        let n = suffix.len();
+        if n > self.b.len()
+            || !self.b[self.b.len() - n..]
+                .iter()
+                .copied()
+                .eq(suffix.chars())
+        {
             return false;
         }
-        self.j = self.b.len() - s.len();
+        self.j = self.b.len() - n;
         true
     }
 

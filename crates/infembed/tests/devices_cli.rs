@@ -106,15 +106,23 @@ fn embed_in(
     input: &Path,
     output: &Path,
 ) -> EmbeddingIndex {
-    ok(&run(bin()
-        .args(["embed", "--model"])
+    ok(&run(&mut embed_command(
+        device, dtype, model, input, output,
+    )));
+    EmbeddingIndex::load(output).unwrap()
+}
+
+/// `infembed embed` of `input` with `model` on `device` in `dtype`, writing `output`.
+fn embed_command(device: &str, dtype: &str, model: &Path, input: &Path, output: &Path) -> Command {
+    let mut cmd = bin();
+    cmd.args(["embed", "--model"])
         .arg(model)
         .arg("--input")
         .arg(input)
         .arg("--output")
         .arg(output)
-        .args(["--device", device, "--dtype", dtype])));
-    EmbeddingIndex::load(output).unwrap()
+        .args(["--device", device, "--dtype", dtype]);
+    cmd
 }
 
 fn max_abs_diff(a: &EmbeddingIndex, b: &EmbeddingIndex) -> f32 {
@@ -186,14 +194,13 @@ fn embed_in_half_precision_on_wgpu_is_close_to_the_cpu() {
         let norm: f32 = half.row(i).iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!((norm - 1.0).abs() < 1e-2, "row {i}: norm {norm}");
     }
-    let out = run(bin()
-        .args(["embed", "--model"])
-        .arg(tiny_bert())
-        .arg("--input")
-        .arg(&input)
-        .arg("--output")
-        .arg(dir.path().join("bf16.npy"))
-        .args(["--device", "wgpu", "--dtype", "bf16"]));
+    let out = run(&mut embed_command(
+        "wgpu",
+        "bf16",
+        &tiny_bert(),
+        &input,
+        &dir.path().join("bf16.npy"),
+    ));
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     // Mesa's software driver prints its own `EGL 'eglInitialize' ...` lines when wgpu probes

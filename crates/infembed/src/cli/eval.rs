@@ -58,10 +58,10 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = Bm25Config::default().b)]
     b: f32,
     /// BM25 stemming: none, or porter (Lucene's Porter stemmer, Pyserini's default).
-    #[arg(long, default_value = "none", value_parser = parse_stemmer, conflicts_with = "model")]
+    #[arg(long, default_value = "none", conflicts_with = "model")]
     stemmer: Stemmer,
     /// BM25 stop words: none, or lucene (the 33 English stop words Pyserini removes).
-    #[arg(long, default_value = "none", value_parser = parse_stopwords, conflicts_with = "model")]
+    #[arg(long, default_value = "none", conflicts_with = "model")]
     stopwords: StopWords,
     /// Documents kept per query for ad hoc retrieval runs.
     #[arg(long, default_value_t = 1000)]
@@ -74,22 +74,6 @@ pub struct EvalArgs {
     run_dir: Option<PathBuf>,
     #[command(flatten)]
     device: super::device::DeviceArgs,
-}
-
-fn parse_stemmer(text: &str) -> std::result::Result<Stemmer, String> {
-    match text {
-        "none" => Ok(Stemmer::None),
-        "porter" => Ok(Stemmer::Porter),
-        other => Err(format!("unknown stemmer `{other}` (none or porter)")),
-    }
-}
-
-fn parse_stopwords(text: &str) -> std::result::Result<StopWords, String> {
-    match text {
-        "none" => Ok(StopWords::None),
-        "lucene" => Ok(StopWords::Lucene),
-        other => Err(format!("unknown stop list `{other}` (none or lucene)")),
-    }
 }
 
 pub fn run(args: &EvalArgs) -> Result<()> {
