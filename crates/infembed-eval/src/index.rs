@@ -1,18 +1,19 @@
-//! [`EmbeddingIndex`]: a corpus's embeddings with their document ids, saved and loaded as
-//! safetensors or NumPy `.npy`, and exact top-k search by dot product.
+//! [`EmbeddingIndex`]: a corpus's embeddings with their document ids, saved, loaded and mapped as
+//! safetensors or NumPy `.npy` (`f32` or `f16`), and exact top-k search by dot product.
 //!
 //! The file formats and the search rule are documented at [`EmbeddingIndex`].
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
-
-use std::io::Write;
 
 use infembed_data::AtomicFile;
 use infembed_metrics::TieBreak;
 
 use crate::error::{Error, Result};
-use crate::topk::top_k;
+use crate::scan::{self, Block, Isa, NonFinite};
+use crate::store::{IndexDtype, Rows, RowsOf};
 
 /// The name of the embeddings tensor in a safetensors index.
 pub const EMBEDDINGS_TENSOR: &str = "embeddings";
@@ -68,40 +69,51 @@ pub struct SearchHit {
     pub row: usize,
 }
 
-/// Embeddings of `N` documents: an `[N, d]` row-major `f32` matrix and one id per row.
+/// Embeddings of `N` documents: an `[N, d]` row-major matrix of `f32` or `f16`
+/// ([`IndexDtype`]) and one id per row.
 ///
 /// # File formats (chosen by the extension, see [`IndexFormat`])
 /// - **`.safetensors`** (`"format"` = `"infembed-index/2"`): the tensor `"embeddings"`, dtype
-///   `F32`, shape `[N, d]`, row `i` the embedding of document `i`; the ids as two tensors,
-///   `"id_offsets"` (`U64`, `[N + 1]`, starting at 0) and `"id_bytes"` (`U8`, the UTF-8 ids end
-///   to end): id `i` is `id_bytes[id_offsets[i]..id_offsets[i + 1]]`. Keeping the ids out of the
-///   JSON header keeps the header small at any `N` (readers refuse headers over 100 MB, which
-///   ids in it reached at about 8M documents). The metadata (`__metadata__`) holds `"format"` and
-///   `"model"` (the model directory the embeddings came from). In Python:
+///   `F32` or `F16`, shape `[N, d]`, row `i` the embedding of document `i`; the ids as two
+///   tensors, `"id_offsets"` (`U64`, `[N + 1]`, starting at 0) and `"id_bytes"` (`U8`, the UTF-8
+///   ids end to end): id `i` is `id_bytes[id_offsets[i]..id_offsets[i + 1]]`. Keeping the ids
+///   out of the JSON header keeps the header small at any `N` (readers refuse headers over
+///   100 MB, which ids in it reached at about 8M documents). The metadata (`__metadata__`) holds
+///   `"format"` and `"model"` (the model directory the embeddings came from). In Python:
 ///   `t = safetensors.numpy.load_file(f)`, then
 ///   `ids = [t["id_bytes"][a:b].tobytes().decode() for a, b in zip(o[:-1], o[1:])]` with
 ///   `o = t["id_offsets"]`. Files of the earlier layout (`"infembed-index/1"`: ids as a JSON
 ///   array in the metadata) still load.
-/// - **`.npy`**: NumPy format 1.0, dtype `<f4` (little-endian `f32`), C order, shape `(N, d)`,
-///   header padded to a multiple of 64 bytes, readable with `numpy.load`. The ids go to a side file
-///   next to it, [`ids_path`] (`out.npy` -> `out.ids.txt`), one id per line in row order; ids
-///   containing a line break are rejected. `.npy` keeps no model name: loading one gives an empty
-///   [`EmbeddingIndex::model`].
+/// - **`.npy`**: NumPy format 1.0, dtype `<f4` or `<f2` (little-endian), C order, shape `(N, d)`,
+///   header padded to a multiple of 64 bytes, readable with `numpy.load` (also with
+///   `mmap_mode="r"`). The ids go to a side file next to it, [`ids_path`] (`out.npy` ->
+///   `out.ids.txt`), one id per line in row order; ids containing a line break are rejected.
+///   `.npy` keeps no model name: loading one gives an empty [`EmbeddingIndex::model`].
 ///
 /// Files are written atomically and durably ([`infembed_data::write_atomic`]): to a temporary
 /// file beside the target, synced, then renamed.
 ///
+/// # Loading
+/// [`EmbeddingIndex::open`] maps the file into memory: opening takes the time of reading the ids,
+/// whatever the matrix's size, and the pages are read as the search touches them (and shared with
+/// the page cache). [`EmbeddingIndex::load`] reads the matrix into memory instead.
+///
 /// # Search
-/// [`EmbeddingIndex::top_k`] scores every row by its dot product with the query (cosine
-/// similarity, since infembed's embeddings are L2-normalized) and ranks by score descending, ties
-/// by document id **descending** (byte order), the evaluation harness's rule
-/// ([`TieBreak::DocIdDescending`], as in mteb), so that a search and an evaluation run agree.
+/// [`EmbeddingIndex::search_batch`] (and [`EmbeddingIndex::top_k`], one query) scores every row
+/// by its dot product with each query (cosine similarity, since infembed's embeddings are
+/// L2-normalized) chunk by chunk over the corpus, each query keeping a running top-k: memory
+/// holds the index, one chunk and `O(k)` candidates per query, never a `[queries x N]` matrix.
+/// Every score is the fused multiply-add chain over the dimensions in order, whatever the batch
+/// and the processor's code path (AVX-512, AVX2 or portable), so a query gets the same hits
+/// alone as in a batch. Hits are ranked by score descending, ties by document id **descending**
+/// (byte order), the evaluation harness's rule ([`TieBreak::DocIdDescending`], as in mteb), so
+/// that a search and an evaluation run agree.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmbeddingIndex {
     /// Document ids, one per row, unique.
     pub ids: Vec<String>,
-    /// Row-major `[N, d]` embeddings: row `i` is `embeddings[i * dim..(i + 1) * dim]`.
-    pub embeddings: Vec<f32>,
+    /// The row-major `[N, d]` values.
+    rows: Rows,
     /// The embedding dimension `d`.
     pub dim: usize,
     /// The model (directory) that produced the embeddings; empty when unknown.
@@ -111,7 +123,8 @@ pub struct EmbeddingIndex {
 }
 
 impl EmbeddingIndex {
-    /// An index over `ids` and their row-major embeddings.
+    /// An index over `ids` and their row-major embeddings (stored as `f32`; see
+    /// [`EmbeddingIndex::to_dtype`]).
     ///
     /// # Errors
     /// [`Error::IndexShape`] when `dim` is 0, the matrix does not hold `ids.len() * dim` values,
@@ -124,32 +137,33 @@ impl EmbeddingIndex {
     ) -> Result<Self> {
         let index = Self {
             ids,
-            embeddings,
+            rows: Rows::F32(embeddings),
             dim,
             model: model.into(),
             source: None,
         };
         index
-            .validate()
+            .validate(true)
             .map_err(|problem| Error::IndexShape { problem })?;
         Ok(index)
     }
 
-    /// Checks the invariants, returning the problem in words.
-    fn validate(&self) -> std::result::Result<(), String> {
+    /// Checks the invariants (the values' finiteness only with `values`), returning the problem
+    /// in words.
+    fn validate(&self, values: bool) -> std::result::Result<(), String> {
         if self.dim == 0 {
             return Err("the embedding dimension is 0".into());
         }
-        if self.embeddings.len() != self.ids.len() * self.dim {
+        if self.rows.len() != self.ids.len() * self.dim {
             return Err(format!(
                 "{} values for {} ids of dimension {} (expected {})",
-                self.embeddings.len(),
+                self.rows.len(),
                 self.ids.len(),
                 self.dim,
                 self.ids.len() * self.dim
             ));
         }
-        if let Some(i) = self.embeddings.iter().position(|v| !v.is_finite()) {
+        if values && let Some(i) = self.rows.first_non_finite() {
             return Err(format!(
                 "non-finite value in row {} (id `{}`)",
                 i / self.dim,
@@ -175,12 +189,40 @@ impl EmbeddingIndex {
         self.ids.is_empty()
     }
 
-    /// Row `i`'s embedding (`d` values).
+    /// The number type the embeddings are stored in.
+    pub fn dtype(&self) -> IndexDtype {
+        self.rows.dtype()
+    }
+
+    /// Whether the embeddings are read from a memory-mapped file ([`EmbeddingIndex::open`]).
+    pub fn is_mapped(&self) -> bool {
+        self.rows.is_mapped()
+    }
+
+    /// The same index with its embeddings stored as `dtype`, in memory (`f16` rounds each value
+    /// to the nearest half-precision number). [`EmbeddingIndex::save`] then writes that type.
+    pub fn to_dtype(&self, dtype: IndexDtype) -> Self {
+        Self {
+            ids: self.ids.clone(),
+            rows: self.rows.to_dtype(dtype),
+            dim: self.dim,
+            model: self.model.clone(),
+            source: self.source.clone(),
+        }
+    }
+
+    /// Row `i`'s embedding (`d` values): borrowed when stored as `f32`, widened from `f16`.
     ///
     /// # Panics
     /// When `i >= len()`.
-    pub fn row(&self, i: usize) -> &[f32] {
-        &self.embeddings[i * self.dim..(i + 1) * self.dim]
+    pub fn row(&self, i: usize) -> Cow<'_, [f32]> {
+        assert!(i < self.len(), "row {i} of an index of {} rows", self.len());
+        self.rows.f32s(i * self.dim, (i + 1) * self.dim)
+    }
+
+    /// The whole `[N, d]` matrix, row-major: borrowed when stored as `f32`, widened from `f16`.
+    pub fn embeddings(&self) -> Cow<'_, [f32]> {
+        self.rows.f32s(0, self.rows.len())
     }
 
     /// The path errors name for this index: its file, or [`IN_MEMORY`].
@@ -206,23 +248,54 @@ impl EmbeddingIndex {
         })
     }
 
-    /// The dot product of `query` with every row, in row order (summed in `f32`, left to right).
+    /// Checks a batch of row-major queries: whole rows of this index's dimension, finite.
+    fn check_queries(&self, queries: &[f32]) -> Result<()> {
+        if !queries.len().is_multiple_of(self.dim) {
+            return Err(Error::IndexShape {
+                problem: format!(
+                    "{} query values are not whole rows of the index's dimension {} ({})",
+                    queries.len(),
+                    self.dim,
+                    self.source_path().display()
+                ),
+            });
+        }
+        if let Some(i) = queries.iter().position(|v| !v.is_finite()) {
+            return Err(Error::IndexShape {
+                problem: format!("query embedding {} holds a non-finite value", i / self.dim),
+            });
+        }
+        Ok(())
+    }
+
+    /// A non-finite stored value found by a search, as an error naming the file and the row.
+    fn non_finite(&self, at: NonFinite) -> Error {
+        Error::IndexFormat {
+            path: self.source_path(),
+            problem: format!(
+                "non-finite value in row {} (id `{}`)",
+                at.row, self.ids[at.row]
+            ),
+        }
+    }
+
+    /// The dot product of `query` with every row, in row order (the fused multiply-add chain
+    /// that [`EmbeddingIndex::search_batch`] ranks by).
     ///
     /// # Errors
     /// [`Error::DimensionMismatch`] when `query.len() != dim`; [`Error::IndexShape`] when the
-    /// query holds a non-finite value.
+    /// query holds a non-finite value; [`Error::IndexFormat`] for a non-finite stored value (in
+    /// a mapped file, which is not checked when opened).
     pub fn scores(&self, query: &[f32]) -> Result<Vec<f32>> {
         self.check_dim(query.len(), "of the query embedding")?;
-        if query.iter().any(|v| !v.is_finite()) {
-            return Err(Error::IndexShape {
-                problem: "the query embedding holds a non-finite value".into(),
-            });
-        }
-        Ok(self
-            .embeddings
-            .chunks_exact(self.dim)
-            .map(|row| row.iter().zip(query).map(|(a, b)| a * b).sum())
-            .collect())
+        self.check_queries(query)?;
+        let source = RowsOf {
+            rows: &self.rows,
+            dim: self.dim,
+        };
+        let mut out = scan::all_scores(Isa::detect(), &source, self.dim, query)
+            .map_err(|at| self.non_finite(at))?;
+        Ok(out.pop().unwrap_or_default())
     }
 
     /// The `k` best documents for `query` (fewer when the index is smaller): score descending,
@@ -231,26 +304,59 @@ impl EmbeddingIndex {
     /// # Errors
     /// As [`EmbeddingIndex::scores`].
     pub fn top_k(&self, query: &[f32], k: usize) -> Result<Vec<SearchHit>> {
-        let scores = self.scores(query)?;
-        let entries = scores
-            .iter()
-            .enumerate()
-            .map(|(row, &s)| (row, f64::from(s)))
-            .collect();
-        Ok(top_k(entries, &self.ids, k, TieBreak::DocIdDescending)
+        self.check_dim(query.len(), "of the query embedding")?;
+        Ok(self.search_batch(query, k)?.pop().unwrap_or_default())
+    }
+
+    /// The `k` best documents for each query of a row-major batch (`queries.len() / dim`
+    /// queries), as [`EmbeddingIndex::top_k`] gives them one by one, in one pass over the index.
+    ///
+    /// # Errors
+    /// [`Error::IndexShape`] when `queries` is not whole rows of `dim` or holds a non-finite
+    /// value; [`Error::IndexFormat`] for a non-finite stored value.
+    pub fn search_batch(&self, queries: &[f32], k: usize) -> Result<Vec<Vec<SearchHit>>> {
+        self.check_queries(queries)?;
+        let source = RowsOf {
+            rows: &self.rows,
+            dim: self.dim,
+        };
+        let isa = Isa::detect();
+        log::debug!(
+            "searching {} queries over {} rows ({}, {} kernel)",
+            queries.len() / self.dim,
+            self.len(),
+            self.dtype(),
+            isa.name()
+        );
+        let best = scan::search(
+            isa,
+            &source,
+            &self.ids,
+            self.dim,
+            queries,
+            k,
+            TieBreak::DocIdDescending,
+        )
+        .map_err(|at| self.non_finite(at))?;
+        Ok(best
             .into_iter()
-            .enumerate()
-            .map(|(i, (row, _))| SearchHit {
-                rank: i + 1,
-                id: self.ids[row].clone(),
-                score: scores[row],
-                row,
+            .map(|hits| {
+                hits.into_iter()
+                    .enumerate()
+                    .map(|(i, (row, score))| SearchHit {
+                        rank: i + 1,
+                        id: self.ids[row].clone(),
+                        score: score as f32,
+                        row,
+                    })
+                    .collect()
             })
             .collect())
     }
 
-    /// Saves to `path` in the format its extension names ([`IndexFormat::from_path`]); for `.npy`
-    /// also writes [`ids_path`]. Records `path` as [`EmbeddingIndex::source`].
+    /// Saves to `path` in the format its extension names ([`IndexFormat::from_path`]) and the
+    /// index's [`IndexDtype`]; for `.npy` also writes [`ids_path`]. Records `path` as
+    /// [`EmbeddingIndex::source`].
     ///
     /// # Errors
     /// [`Error::UnknownIndexFormat`], [`Error::IndexShape`] (broken invariants, or an id with a
@@ -258,10 +364,13 @@ impl EmbeddingIndex {
     pub fn save(&mut self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         IndexFormat::from_path(path)?;
-        self.validate()
+        self.validate(true)
             .map_err(|problem| Error::IndexShape { problem })?;
-        let mut writer = IndexWriter::create(path, &self.ids, self.dim, &self.model)?;
-        writer.write_rows(&self.embeddings)?;
+        let mut writer = IndexWriter::create(path, &self.ids, self.dim, &self.model, self.dtype())?;
+        let total = self.rows.len();
+        for a in (0..total).step_by(1 << 16) {
+            writer.write_block(self.rows.values(a, (a + (1 << 16)).min(total)))?;
+        }
         writer.finish()?;
         self.source = Some(path.to_path_buf());
         Ok(())
@@ -269,33 +378,86 @@ impl EmbeddingIndex {
 
     /// Loads an index saved by [`EmbeddingIndex::save`] or `infembed embed` (or any file of the
     /// same layout; `.safetensors` files of the earlier `infembed-index/1` layout, ids in the
-    /// header, load too). The rows are read straight into the index's matrix, block by block:
-    /// loading holds the matrix once, not the file and the matrix.
+    /// header, load too) into memory, in the type it was stored in. The rows are read straight
+    /// into the index's matrix, block by block: loading holds the matrix once, not the file and
+    /// the matrix.
     ///
     /// # Errors
     /// [`Error::UnknownIndexFormat`], [`Error::Read`] (the file or the ids side file),
-    /// [`Error::IndexFormat`] naming what is wrong.
+    /// [`Error::IndexFormat`] naming what is wrong (a non-finite value among them).
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let format = IndexFormat::from_path(path)?;
-        let rerr = |source| Error::Read {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(rerr)?;
-        let file_len = file.metadata().map_err(rerr)?.len();
-        let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
-        let mut index = match format {
-            IndexFormat::Safetensors => read_safetensors(path, &mut reader, file_len)?,
-            IndexFormat::Npy => read_npy(path, &mut reader, file_len)?,
-        };
-        index.validate().map_err(|problem| Error::IndexFormat {
+        read_index(path.as_ref(), false)
+    }
+
+    /// Opens an index file as [`EmbeddingIndex::load`] does, but maps the matrix into memory
+    /// instead of reading it (see the safety note of the crate's `mmap` module): the ids are
+    /// read and checked, the values are read by the searches that touch them, which also report
+    /// a non-finite value. Where the platform cannot use the stored bytes in place (big-endian,
+    /// or a file whose matrix is not aligned to its type), the matrix is read instead.
+    ///
+    /// # Errors
+    /// As [`EmbeddingIndex::load`], but without the scan for non-finite values.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        read_index(path.as_ref(), true)
+    }
+}
+
+/// Reads (or, with `map`, maps) an index file and checks it.
+fn read_index(path: &Path, map: bool) -> Result<EmbeddingIndex> {
+    let format = IndexFormat::from_path(path)?;
+    let rerr = |source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(rerr)?;
+    let file_len = file.metadata().map_err(rerr)?.len();
+    let mapped = if map {
+        Some(std::sync::Arc::new(
+            crate::mmap::map_read_only(&file).map_err(rerr)?,
+        ))
+    } else {
+        None
+    };
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut index = match format {
+        IndexFormat::Safetensors => read_safetensors(path, &mut reader, file_len, mapped)?,
+        IndexFormat::Npy => read_npy(path, &mut reader, file_len, mapped)?,
+    };
+    let scanned = !index.rows.is_mapped();
+    index
+        .validate(scanned)
+        .map_err(|problem| Error::IndexFormat {
             path: path.to_path_buf(),
             problem,
         })?;
-        index.source = Some(path.to_path_buf());
-        Ok(index)
+    index.source = Some(path.to_path_buf());
+    Ok(index)
+}
+
+/// The matrix of `count` values of `dtype` that starts at byte `start` of the file `reader`
+/// reads (positioned there): mapped in place when `mapped` allows it (the reader then skips the
+/// bytes), read otherwise.
+fn read_rows(
+    reader: &mut (impl std::io::Read + std::io::Seek),
+    mapped: Option<&std::sync::Arc<memmap2::Mmap>>,
+    start: u64,
+    count: usize,
+    dtype: IndexDtype,
+) -> std::io::Result<Rows> {
+    if let Some(map) = mapped
+        && let Some(rows) = usize::try_from(start)
+            .ok()
+            .and_then(|start| Rows::map(map.clone(), start, count, dtype))
+    {
+        reader.seek(std::io::SeekFrom::Current((count * dtype.width()) as i64))?;
+        return Ok(rows);
     }
+    Ok(match dtype {
+        IndexDtype::F32 => Rows::F32(read_f32s(reader, count)?),
+        IndexDtype::F16 => Rows::F16(read_le(reader, count, |b| {
+            half::f16::from_bits(u16::from_le_bytes(b))
+        })?),
+    })
 }
 
 const NPY_MAGIC: &[u8] = b"\x93NUMPY";
@@ -313,25 +475,61 @@ pub const FORMAT_TAG_V1: &str = "infembed-index/1";
 /// needs the row count and the dimension) first, then the rows in order, then (safetensors) the
 /// ids, to a temporary file that [`IndexWriter::finish`] syncs and renames over the target (for
 /// `.npy` after writing the ids side file). [`EmbeddingIndex::save`] and the streaming embedder
-/// ([`crate::embed_file`]) both write through it, so their files are the same bytes.
-pub(crate) struct IndexWriter {
+/// ([`crate::embed_file`]) both write through it, so their files are the same bytes; use it to
+/// build an index larger than memory from embeddings computed elsewhere. A writer dropped before
+/// [`IndexWriter::finish`] leaves the target untouched.
+///
+/// ```no_run
+/// # fn main() -> infembed_eval::Result<()> {
+/// use infembed_eval::{IndexDtype, IndexWriter};
+/// let ids: Vec<String> = (0..3).map(|i| format!("doc{i}")).collect();
+/// let mut writer = IndexWriter::create("out.safetensors".as_ref(), &ids, 2, "my-model", IndexDtype::F16)?;
+/// writer.write_rows(&[1.0, 0.0, 0.0, 1.0])?; // rows 0 and 1
+/// writer.write_rows(&[0.6, 0.8])?; // row 2
+/// writer.finish()?;
+/// # Ok(()) }
+/// ```
+pub struct IndexWriter {
     file: AtomicFile,
     path: PathBuf,
     layout: IndexLayout,
     expected: usize,
     written: usize,
+    dtype: IndexDtype,
+    dim: usize,
 }
 
 impl IndexWriter {
-    /// Checks that `ids` fit the format of `path` and opens the temporary file with the header
-    /// written.
+    /// Checks that `ids` are unique and fit the format of `path` (an extension of
+    /// [`IndexFormat`]) and opens the temporary file with the header written; the rows are
+    /// stored as `dtype`.
     ///
     /// # Errors
-    /// [`Error::UnknownIndexFormat`], [`Error::IndexShape`] (an id with a line break for
-    /// `.npy`), [`Error::Write`].
-    pub(crate) fn create(path: &Path, ids: &[String], dim: usize, model: &str) -> Result<Self> {
+    /// [`Error::UnknownIndexFormat`], [`Error::IndexShape`] (dimension 0, a repeated id, an id
+    /// with a line break for `.npy`), [`Error::Write`].
+    pub fn create(
+        path: &Path,
+        ids: &[String],
+        dim: usize,
+        model: &str,
+        dtype: IndexDtype,
+    ) -> Result<Self> {
         let format = IndexFormat::from_path(path)?;
-        let layout = IndexLayout::new(path, format, ids, dim, model)?;
+        if dim == 0 {
+            return Err(Error::IndexShape {
+                problem: "the embedding dimension is 0".into(),
+            });
+        }
+        let mut seen = HashMap::with_capacity(ids.len());
+        for (row, id) in ids.iter().enumerate() {
+            if let Some(first) = seen.insert(id.as_str(), row) {
+                return Err(Error::IndexShape {
+                    problem: format!("id `{id}` appears in rows {first} and {row}"),
+                });
+            }
+        }
+        drop(seen);
+        let layout = IndexLayout::new(path, format, ids, dim, model, dtype)?;
         let werr = |source| Error::Write {
             path: path.to_path_buf(),
             source,
@@ -344,37 +542,79 @@ impl IndexWriter {
             layout,
             expected: ids.len() * dim,
             written: 0,
+            dtype,
+            dim,
         })
     }
 
-    /// Appends row-major values (whole rows).
+    /// Appends row-major `f32` values, the next rows in order, stored as the writer's type.
+    ///
+    /// # Errors
+    /// [`Error::IndexShape`] for a non-finite value (naming its row) or more values than the
+    /// ids declare; [`Error::Write`].
+    pub fn write_rows(&mut self, values: &[f32]) -> Result<()> {
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return Err(Error::IndexShape {
+                problem: format!(
+                    "non-finite value in row {} written to {}",
+                    (self.written + i) / self.dim,
+                    self.path.display()
+                ),
+            });
+        }
+        self.write_block(Block::F32(values))
+    }
+
+    /// Appends row-major values (whole rows), converted to the writer's type (`f32` to `f16`
+    /// rounds to nearest).
     ///
     /// # Errors
     /// [`Error::IndexShape`] past the declared size; [`Error::Write`].
-    pub(crate) fn write_rows(&mut self, values: &[f32]) -> Result<()> {
-        if self.written + values.len() > self.expected {
+    pub(crate) fn write_block(&mut self, values: Block<'_>) -> Result<()> {
+        use half::slice::HalfFloatSliceExt;
+        let len = values.len();
+        if self.written + len > self.expected {
             return Err(Error::IndexShape {
                 problem: format!(
                     "{} values written to {}, which declares {}",
-                    self.written + values.len(),
+                    self.written + len,
                     self.path.display(),
                     self.expected
                 ),
             });
         }
         // In blocks, so that saving a large index does not hold a second copy of it.
-        let mut bytes = Vec::with_capacity(values.len().min(1 << 16) * 4);
-        for block in values.chunks(1 << 16) {
+        const BLOCK: usize = 1 << 16;
+        let mut bytes = Vec::with_capacity(len.min(BLOCK) * self.dtype.width());
+        let mut wide = vec![0f32; len.min(BLOCK)];
+        let mut narrow = vec![half::f16::ZERO; len.min(BLOCK)];
+        for a in (0..len).step_by(BLOCK) {
+            let b = (a + BLOCK).min(len);
             bytes.clear();
-            for v in block {
-                bytes.extend_from_slice(&v.to_le_bytes());
+            match (values, self.dtype) {
+                (Block::F32(v), IndexDtype::F32) => {
+                    bytes.extend(v[a..b].iter().flat_map(|x| x.to_le_bytes()));
+                }
+                (Block::F16(v), IndexDtype::F16) => {
+                    bytes.extend(v[a..b].iter().flat_map(|x| x.to_bits().to_le_bytes()));
+                }
+                (Block::F32(v), IndexDtype::F16) => {
+                    let narrow = &mut narrow[..b - a];
+                    narrow.convert_from_f32_slice(&v[a..b]);
+                    bytes.extend(narrow.iter().flat_map(|x| x.to_bits().to_le_bytes()));
+                }
+                (block @ Block::F16(_), IndexDtype::F32) => {
+                    let wide = &mut wide[..b - a];
+                    block.copy_to_f32(a, b, wide);
+                    bytes.extend(wide.iter().flat_map(|x| x.to_le_bytes()));
+                }
             }
             self.file.write_all(&bytes).map_err(|source| Error::Write {
                 path: self.path.clone(),
                 source,
             })?;
         }
-        self.written += values.len();
+        self.written += len;
         Ok(())
     }
 
@@ -382,8 +622,8 @@ impl IndexWriter {
     /// `.npy`: the ids side file), then syncs and renames the index file into place.
     ///
     /// # Errors
-    /// [`Error::IndexShape`] for missing rows; [`Error::Write`].
-    pub(crate) fn finish(mut self) -> Result<()> {
+    /// [`Error::IndexShape`] for missing rows or a partial last row; [`Error::Write`].
+    pub fn finish(mut self) -> Result<()> {
         if self.written != self.expected {
             return Err(Error::IndexShape {
                 problem: format!(
@@ -420,7 +660,8 @@ pub(crate) struct IndexLayout {
 
 impl IndexLayout {
     /// - safetensors (`infembed-index/2`): u64 LE header length, then a JSON header (keys
-    ///   sorted: `__metadata__` with `format` and `model`; the tensors `embeddings` F32 `[N, d]`,
+    ///   sorted: `__metadata__` with `format` and `model`; the tensors `embeddings` F32 or F16
+    ///   `[N, d]`,
     ///   `id_bytes` U8 `[B]`, `id_offsets` U64 `[N + 1]`), padded with spaces to a multiple of 8
     ///   bytes as the format recommends; the data holds the embeddings, then the offsets, then the
     ///   ids' bytes.
@@ -435,17 +676,19 @@ impl IndexLayout {
         ids: &[String],
         dim: usize,
         model: &str,
+        dtype: IndexDtype,
     ) -> Result<Self> {
         let n = ids.len();
         match format {
             IndexFormat::Safetensors => {
                 let id_bytes: usize = ids.iter().map(String::len).sum();
-                let rows = n * dim * 4;
+                let rows = n * dim * dtype.width();
                 let offsets = (n + 1) * 8;
                 let header = serde_json::json!({
                     "__metadata__": { "format": FORMAT_TAG, "model": model },
                     EMBEDDINGS_TENSOR: {
-                        "dtype": "F32", "shape": [n, dim], "data_offsets": [0, rows],
+                        "dtype": dtype.safetensors_name(), "shape": [n, dim],
+                        "data_offsets": [0, rows],
                     },
                     ID_OFFSETS_TENSOR: {
                         "dtype": "U64", "shape": [n + 1],
@@ -487,8 +730,10 @@ impl IndexLayout {
                         ),
                     });
                 }
-                let mut header =
-                    format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({n}, {dim}), }}");
+                let mut header = format!(
+                    "{{'descr': '{}', 'fortran_order': False, 'shape': ({n}, {dim}), }}",
+                    dtype.npy_descr()
+                );
                 let unpadded = NPY_MAGIC.len() + 2 + 2 + header.len() + 1;
                 header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
                 header.push('\n');
@@ -523,8 +768,9 @@ struct TensorEntry {
 /// data exactly, sizes that match dtype and shape), the embeddings read straight into the matrix.
 fn read_safetensors(
     path: &Path,
-    reader: &mut impl std::io::Read,
+    reader: &mut (impl std::io::Read + Seek),
     file_len: u64,
+    mapped: Option<std::sync::Arc<memmap2::Mmap>>,
 ) -> Result<EmbeddingIndex> {
     let bad = |problem: String| Error::IndexFormat {
         path: path.to_path_buf(),
@@ -600,25 +846,27 @@ fn read_safetensors(
             "no tensor named `{EMBEDDINGS_TENSOR}` (was it written by `infembed embed`?)"
         ))
     })?;
-    if view.dtype != "F32" {
-        return Err(bad(format!(
-            "tensor `{EMBEDDINGS_TENSOR}` has dtype {}, expected F32",
+    let dtype = IndexDtype::from_name(&view.dtype).ok_or_else(|| {
+        bad(format!(
+            "tensor `{EMBEDDINGS_TENSOR}` has dtype {}, expected F32 or F16",
             view.dtype
-        )));
-    }
+        ))
+    })?;
     let &[n, dim] = view.shape.as_slice() else {
         return Err(bad(format!(
             "tensor `{EMBEDDINGS_TENSOR}` has shape {:?}, expected [N, d]",
             view.shape
         )));
     };
-    // Read the data in offset order: the embeddings into the matrix, the rest as bytes.
-    let mut embeddings = Vec::new();
+    // Read the data in offset order: the embeddings into the matrix (or mapped), the rest as
+    // bytes.
+    let mut rows = Rows::F32(Vec::new());
     let mut others: HashMap<&str, Vec<u8>> = HashMap::new();
     for (name, t) in &spans {
         let bytes = t.data_offsets[1] - t.data_offsets[0];
         if name.as_str() == EMBEDDINGS_TENSOR {
-            embeddings = read_f32s(reader, n * dim).map_err(rerr)?;
+            let start = 8 + header_len + t.data_offsets[0] as u64;
+            rows = read_rows(reader, mapped.as_ref(), start, n * dim, dtype).map_err(rerr)?;
         } else {
             let mut buf = vec![0u8; bytes];
             reader.read_exact(&mut buf).map_err(rerr)?;
@@ -680,7 +928,7 @@ fn read_safetensors(
     };
     Ok(EmbeddingIndex {
         ids,
-        embeddings,
+        rows,
         dim,
         model: metadata.get("model").cloned().unwrap_or_default(),
         source: None,
@@ -692,23 +940,39 @@ pub(crate) fn read_f32s(
     reader: &mut impl std::io::Read,
     count: usize,
 ) -> std::io::Result<Vec<f32>> {
+    read_le(reader, count, f32::from_le_bytes)
+}
+
+/// Reads `count` values of `W` bytes each, decoded by `decode`, block by block (a block of at
+/// most 1 MiB at a time), into a vector of exactly that size.
+fn read_le<T, const W: usize>(
+    reader: &mut impl std::io::Read,
+    count: usize,
+    decode: impl Fn([u8; W]) -> T,
+) -> std::io::Result<Vec<T>> {
+    const BLOCK: usize = 1 << 20;
     let mut out = Vec::with_capacity(count);
-    let mut block = vec![0u8; count.min(1 << 18) * 4];
+    let mut block = vec![0u8; (count * W).min(BLOCK)];
     while out.len() < count {
-        let take = (count - out.len()).min(1 << 18) * 4;
+        let take = ((count - out.len()) * W).min(BLOCK / W * W);
         reader.read_exact(&mut block[..take])?;
         out.extend(
             block[..take]
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                .chunks_exact(W)
+                .map(|b| decode(b.try_into().expect("W bytes"))),
         );
     }
     Ok(out)
 }
 
-/// Reads an `.npy` index (versions 1.0, 2.0, 3.0 of the header; `<f4`, C order, `(N, d)`) and
-/// its ids side file.
-fn read_npy(path: &Path, reader: &mut impl std::io::Read, file_len: u64) -> Result<EmbeddingIndex> {
+/// Reads an `.npy` index (versions 1.0, 2.0, 3.0 of the header; `<f4` or `<f2`, C order,
+/// `(N, d)`) and its ids side file.
+fn read_npy(
+    path: &Path,
+    reader: &mut (impl std::io::Read + Seek),
+    file_len: u64,
+    mapped: Option<std::sync::Arc<memmap2::Mmap>>,
+) -> Result<EmbeddingIndex> {
     let bad = |problem: String| Error::IndexFormat {
         path: path.to_path_buf(),
         problem,
@@ -746,11 +1010,16 @@ fn read_npy(path: &Path, reader: &mut impl std::io::Read, file_len: u64) -> Resu
             .ok_or_else(|| bad(format!("header has no `{key}`: {header}")))
     };
     let descr = field("descr")?;
-    if !descr.starts_with("'<f4'") {
-        return Err(bad(format!(
-            "dtype must be '<f4' (little-endian float32), header says {header}"
-        )));
-    }
+    let dtype = descr
+        .strip_prefix('\'')
+        .and_then(|d| d.split_once('\''))
+        .and_then(|(d, _)| IndexDtype::from_name(d))
+        .ok_or_else(|| {
+            bad(format!(
+                "dtype must be '<f4' or '<f2' (little-endian float32 or float16), header says \
+                 {header}"
+            ))
+        })?;
     if !field("fortran_order")?.starts_with("False") {
         return Err(bad("Fortran order is not supported; save in C order".into()));
     }
@@ -771,13 +1040,15 @@ fn read_npy(path: &Path, reader: &mut impl std::io::Read, file_len: u64) -> Resu
         return Err(bad(format!("shape ({inside}) is not 2-dimensional (N, d)")));
     };
     let data_len = file_len - (prefix + header_len) as u64;
-    if data_len != (n * dim * 4) as u64 {
+    if data_len != (n * dim * dtype.width()) as u64 {
         return Err(bad(format!(
-            "{data_len} data bytes for shape ({n}, {dim}) of float32 (expected {})",
-            n * dim * 4
+            "{data_len} data bytes for shape ({n}, {dim}) of {} (expected {})",
+            dtype.npy_descr(),
+            n * dim * dtype.width()
         )));
     }
-    let embeddings = read_f32s(reader, n * dim).map_err(rerr)?;
+    let start = (prefix + header_len) as u64;
+    let rows = read_rows(reader, mapped.as_ref(), start, n * dim, dtype).map_err(rerr)?;
     let ids_file = ids_path(path);
     let ids_text = std::fs::read_to_string(&ids_file).map_err(|source| Error::Read {
         path: ids_file.clone(),
@@ -792,7 +1063,7 @@ fn read_npy(path: &Path, reader: &mut impl std::io::Read, file_len: u64) -> Resu
     }
     Ok(EmbeddingIndex {
         ids,
-        embeddings,
+        rows,
         dim,
         model: String::new(),
         source: None,

@@ -18,7 +18,9 @@
 //! - [`read_texts`], [`embed_records`] and [`search`]: embed a JSONL file into an
 //!   [`EmbeddingIndex`] (saved as safetensors or `.npy`) and search it with an instruction and a
 //!   query; [`scan_texts`] and [`embed_file`] do it for corpora of any size, in shards that
-//!   resume after a crash.
+//!   resume after a crash. Indexes store `f32` or `f16` ([`IndexDtype`]), open memory-mapped
+//!   ([`EmbeddingIndex::open`]) and are searched exactly for a batch of queries in one pass
+//!   ([`EmbeddingIndex::search_batch`]); [`IndexWriter`] writes one larger than memory.
 //!
 //! Errors: one [`Error`] enum. Diagnostics go through the `log` facade.
 
@@ -29,8 +31,11 @@ mod evaluate;
 mod index;
 mod lexical;
 mod load;
+mod mmap;
 mod retrieve;
+mod scan;
 mod stem;
+mod store;
 mod stream;
 mod topk;
 
@@ -45,12 +50,13 @@ pub use evaluate::{
 };
 pub use index::{
     EMBEDDINGS_TENSOR, EmbeddingIndex, FORMAT_TAG, FORMAT_TAG_V1, ID_BYTES_TENSOR,
-    ID_OFFSETS_TENSOR, IN_MEMORY, IndexFormat, SearchHit, ids_path,
+    ID_OFFSETS_TENSOR, IN_MEMORY, IndexFormat, IndexWriter, SearchHit, ids_path,
 };
 pub use lexical::{Bm25Config, Bm25Index, Stemmer, StopWords, tokenize};
 pub use load::{ENCODER_CONFIG_FILE, load_encoder, load_heldout, model_name};
 pub use retrieve::{Bm25Retriever, Depth, QUERY_BATCH, QueryRequest, Retriever, run_queries};
 pub use stem::porter_stem;
+pub use store::IndexDtype;
 pub use stream::{
     DEFAULT_SHARD_RECORDS, EmbedFileOptions, EmbedFileSummary, EmbedProgress, PARTS_FORMAT,
     TextFileScan, embed_file, parts_dir, scan_texts,

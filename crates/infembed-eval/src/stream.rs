@@ -16,6 +16,7 @@ use crate::embed::{
 };
 use crate::error::{Error, Result};
 use crate::index::{IndexFormat, IndexLayout, IndexWriter, read_f32s};
+use crate::store::IndexDtype;
 
 /// Records per shard unless told otherwise: 16 chunks of [`EMBED_CHUNK`].
 pub const DEFAULT_SHARD_RECORDS: usize = 16 * EMBED_CHUNK;
@@ -44,6 +45,9 @@ pub struct EmbedFileOptions {
     pub shard_records: usize,
     /// Discard the shards of an earlier run instead of resuming. Default `false`.
     pub restart: bool,
+    /// The number type of the index file. Default [`IndexDtype::F32`]. The shards are `f32`
+    /// either way (a resumed run may change it).
+    pub dtype: IndexDtype,
 }
 
 impl Default for EmbedFileOptions {
@@ -52,6 +56,7 @@ impl Default for EmbedFileOptions {
             side: Side::Passages,
             shard_records: DEFAULT_SHARD_RECORDS,
             restart: false,
+            dtype: IndexDtype::F32,
         }
     }
 }
@@ -74,6 +79,12 @@ impl EmbedFileOptions {
     /// Start over rather than resume.
     pub fn with_restart(mut self, restart: bool) -> Self {
         self.restart = restart;
+        self
+    }
+
+    /// Store the index file's values as `dtype`.
+    pub fn with_dtype(mut self, dtype: IndexDtype) -> Self {
+        self.dtype = dtype;
         self
     }
 }
@@ -320,7 +331,7 @@ pub fn embed_file(
     let dim = encoder.dim();
     let model = encoder_source(encoder);
     // The ids must fit the output's format before anything is embedded.
-    IndexLayout::new(output, format, &scan.ids, dim, &model)?;
+    IndexLayout::new(output, format, &scan.ids, dim, &model, options.dtype)?;
 
     let parts = parts_dir(output);
     let manifest = Manifest::new(encoder, scan, options);
@@ -443,7 +454,7 @@ pub fn embed_file(
         }
     }
 
-    let mut writer = IndexWriter::create(output, &scan.ids, dim, &model)?;
+    let mut writer = IndexWriter::create(output, &scan.ids, dim, &model, options.dtype)?;
     for s in 0..shards {
         let path = shard_path(&parts, s);
         let rerr = |source| Error::Read {

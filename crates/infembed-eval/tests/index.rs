@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use infembed_eval::ids_path;
-use infembed_eval::{EmbeddingIndex, Error, read_texts};
+use infembed_eval::{EmbeddingIndex, Error, IndexDtype, read_texts};
 use proptest::prelude::*;
 
 fn sample_index() -> EmbeddingIndex {
@@ -44,7 +44,7 @@ fn safetensors_file_has_the_documented_layout_and_round_trips() {
     assert_eq!(t["dtype"], "F32");
     assert_eq!(t["shape"], serde_json::json!([3, 4]));
     let [start, end] = [0, 1].map(|i| t["data_offsets"][i].as_u64().unwrap() as usize);
-    assert_eq!(le_f32s(&data[start..end]), index.embeddings);
+    assert_eq!(le_f32s(&data[start..end]), *index.embeddings());
     let meta = &header["__metadata__"];
     assert_eq!(meta["format"], "infembed-index/2");
     assert_eq!(meta["model"], "models/some-model");
@@ -77,7 +77,7 @@ fn safetensors_file_has_the_documented_layout_and_round_trips() {
 
     let loaded = EmbeddingIndex::load(&path).unwrap();
     assert_eq!(loaded.ids, index.ids);
-    assert_eq!(loaded.embeddings, index.embeddings);
+    assert_eq!(loaded.embeddings(), index.embeddings());
     assert_eq!(loaded.dim, 4);
     assert_eq!(loaded.model, "models/some-model");
     assert_eq!(loaded.source.as_deref(), Some(path.as_path()));
@@ -108,7 +108,7 @@ fn safetensors_files_of_the_first_layout_still_load() {
     std::fs::write(&path, &bytes).unwrap();
     let index = EmbeddingIndex::load(&path).unwrap();
     assert_eq!(index.ids, ["x", "y"]);
-    assert_eq!(index.embeddings, values);
+    assert_eq!(index.embeddings(), values);
     assert_eq!(index.model, "m");
 
     // Tensors that do not tile the data are refused, naming the tensor.
@@ -141,7 +141,7 @@ fn npy_file_has_the_documented_layout_and_round_trips() {
     assert!(header.contains("'descr': '<f4'"), "{header}");
     assert!(header.contains("'fortran_order': False"), "{header}");
     assert!(header.contains("'shape': (3, 4)"), "{header}");
-    assert_eq!(le_f32s(&bytes[10 + hlen..]), index.embeddings);
+    assert_eq!(le_f32s(&bytes[10 + hlen..]), *index.embeddings());
 
     let ids_file = dir.path().join("out.ids.txt");
     assert_eq!(ids_path(&path), ids_file);
@@ -149,7 +149,7 @@ fn npy_file_has_the_documented_layout_and_round_trips() {
 
     let loaded = EmbeddingIndex::load(&path).unwrap();
     assert_eq!(loaded.ids, index.ids);
-    assert_eq!(loaded.embeddings, index.embeddings);
+    assert_eq!(loaded.embeddings(), index.embeddings());
     assert_eq!(loaded.model, "", ".npy keeps no model name");
 }
 
@@ -214,7 +214,7 @@ fn unknown_extensions_and_broken_files_are_typed_errors() {
     std::fs::write(&f64_npy, bytes).unwrap();
     std::fs::write(ids_path(&f64_npy), "x\n").unwrap();
     let err = EmbeddingIndex::load(&f64_npy).unwrap_err();
-    assert!(err.to_string().contains("<f4"), "{err}");
+    assert!(err.to_string().contains("'<f4' or '<f2'"), "{err}");
 }
 
 #[test]
@@ -257,19 +257,18 @@ fn dimension_mismatch_names_the_index_both_dimensions_and_the_fix() {
     );
 }
 
-/// The naive reference: every document's score summed left to right, the whole list sorted by
-/// score descending then id descending, the first k kept.
+/// The defined score: the fused multiply-add chain over the dimensions in order.
+fn chain(row: &[f32], q: &[f32]) -> f32 {
+    row.iter().zip(q).fold(0.0, |s, (a, b)| a.mul_add(*b, s))
+}
+
+/// The naive reference: every document's score (the chain), the whole list sorted by score
+/// descending then id descending, the first k kept.
 fn naive_top_k(ids: &[String], rows: &[Vec<f32>], q: &[f32], k: usize) -> Vec<(String, f32)> {
     let mut all: Vec<(String, f32)> = ids
         .iter()
         .zip(rows)
-        .map(|(id, row)| {
-            let mut s = 0.0f32;
-            for (a, b) in row.iter().zip(q) {
-                s += a * b;
-            }
-            (id.clone(), s)
-        })
+        .map(|(id, row)| (id.clone(), chain(row, q)))
         .collect();
     all.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap().then_with(|| b.0.cmp(&a.0)));
     all.truncate(k);
@@ -305,6 +304,211 @@ proptest! {
             prop_assert_eq!(&ids[hit.row], id);
         }
     }
+}
+
+/// Pseudo-random values in [-1, 1) (xorshift), unit rows when `unit`.
+fn random_rows(n: usize, dim: usize, seed: u64, unit: bool) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out: Vec<f32> = (0..n * dim)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect();
+    if unit {
+        for row in out.chunks_exact_mut(dim) {
+            let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
+            row.iter_mut().for_each(|v| *v /= norm);
+        }
+    }
+    out
+}
+
+/// IEEE half precision by hand (round to nearest even), for values of magnitude in [2^-14, 2)
+/// or 0: the reference for the f16 files.
+fn f16_bits(v: f32) -> u16 {
+    let bits = v.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let abs = bits & 0x7fff_ffff;
+    if abs == 0 {
+        return sign;
+    }
+    let exp = ((abs >> 23) as i32) - 127 + 15;
+    assert!(
+        (1..31).contains(&exp),
+        "{v} is outside the normal f16 range used here"
+    );
+    let mant = abs & 0x7f_ffff;
+    let mut half = ((exp as u32) << 10) | (mant >> 13);
+    let rest = mant & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && half & 1 == 1) {
+        half += 1;
+    }
+    sign | half as u16
+}
+
+fn f16_value(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((h >> 10) & 0x1f);
+    let mant = f32::from(h & 0x3ff);
+    if exp == 0 {
+        return sign * mant * 2f32.powi(-24);
+    }
+    sign * (1.0 + mant / 1024.0) * 2f32.powi(exp - 15)
+}
+
+#[test]
+fn f16_files_hold_half_precision_values_and_load_mapped_or_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n, dim) = (37, 24);
+    // Values rounded away from the f16 subnormal range, so the by-hand rounding applies.
+    let values: Vec<f32> = random_rows(n, dim, 5, false)
+        .into_iter()
+        .map(|v| if v.abs() < 1e-3 { 0.25 } else { v })
+        .collect();
+    let ids: Vec<String> = (0..n).map(|i| format!("p{i}")).collect();
+    let index = EmbeddingIndex::new(ids.clone(), values.clone(), dim, "m").unwrap();
+    let mut half = index.to_dtype(IndexDtype::F16);
+    assert_eq!(half.dtype(), IndexDtype::F16);
+    let want_bits: Vec<u16> = values.iter().map(|&v| f16_bits(v)).collect();
+    let want: Vec<f32> = want_bits.iter().map(|&h| f16_value(h)).collect();
+    assert_eq!(*half.embeddings(), want);
+
+    let st = dir.path().join("h.safetensors");
+    half.save(&st).unwrap();
+    let (header, data) = read_safetensors_by_hand(&st);
+    assert_eq!(header["embeddings"]["dtype"], "F16");
+    let [a, b] = [0, 1].map(|i| header["embeddings"]["data_offsets"][i].as_u64().unwrap() as usize);
+    let bits: Vec<u16> = data[a..b]
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    assert_eq!(bits, want_bits);
+
+    let npy = dir.path().join("h.npy");
+    half.save(&npy).unwrap();
+    let bytes = std::fs::read(&npy).unwrap();
+    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let text = std::str::from_utf8(&bytes[10..10 + hlen]).unwrap();
+    assert!(text.contains("'descr': '<f2'"), "{text}");
+    assert_eq!(bytes.len() - 10 - hlen, n * dim * 2);
+
+    for path in [&st, &npy] {
+        let loaded = EmbeddingIndex::load(path).unwrap();
+        let mapped = EmbeddingIndex::open(path).unwrap();
+        assert!(
+            !loaded.is_mapped() && mapped.is_mapped(),
+            "{}",
+            path.display()
+        );
+        for ix in [&loaded, &mapped] {
+            assert_eq!(ix.dtype(), IndexDtype::F16);
+            assert_eq!(ix.ids, ids);
+            assert_eq!(*ix.embeddings(), want, "{}", path.display());
+            assert_eq!(*ix.row(5), want[5 * dim..6 * dim]);
+        }
+    }
+    // f32 files open mapped too, with the same values.
+    let mut full = index.clone();
+    full.save(dir.path().join("f.safetensors")).unwrap();
+    let mapped = EmbeddingIndex::open(dir.path().join("f.safetensors")).unwrap();
+    assert!(mapped.is_mapped());
+    assert_eq!(*mapped.embeddings(), values);
+    // Saving a mapped f16 index writes the same bytes again.
+    let mut again = EmbeddingIndex::open(&st).unwrap();
+    again.save(dir.path().join("again.safetensors")).unwrap();
+    assert_eq!(
+        std::fs::read(dir.path().join("again.safetensors")).unwrap(),
+        std::fs::read(&st).unwrap()
+    );
+}
+
+#[test]
+fn a_batch_search_equals_each_query_alone_and_the_naive_ranking() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n, dim, m, k) = (3000, 40, 29, 25);
+    let values = random_rows(n, dim, 7, true);
+    // Duplicate rows make exact score ties that only the ids can order.
+    let mut values = values;
+    let copy = values[11 * dim..12 * dim].to_vec();
+    values[2900 * dim..2901 * dim].copy_from_slice(&copy);
+    let ids: Vec<String> = (0..n)
+        .map(|i| format!("d{}", (i * 7919) % 10_007))
+        .collect();
+    let mut index = EmbeddingIndex::new(ids.clone(), values.clone(), dim, "").unwrap();
+    let mut queries = random_rows(m, dim, 8, true);
+    queries[..dim].copy_from_slice(&copy);
+    let rows: Vec<Vec<f32>> = values.chunks_exact(dim).map(<[f32]>::to_vec).collect();
+
+    let path = dir.path().join("x.safetensors");
+    index.save(&path).unwrap();
+    for ix in [index.clone(), EmbeddingIndex::open(&path).unwrap()] {
+        let batch = ix.search_batch(&queries, k).unwrap();
+        assert_eq!(batch.len(), m);
+        for (i, q) in queries.chunks_exact(dim).enumerate() {
+            assert_eq!(ix.top_k(q, k).unwrap(), batch[i], "query {i} alone");
+            let want = naive_top_k(&ids, &rows, q, k);
+            let got: Vec<(String, f32)> =
+                batch[i].iter().map(|h| (h.id.clone(), h.score)).collect();
+            assert_eq!(got, want, "query {i}");
+            let scores = ix.scores(q).unwrap();
+            assert!(batch[i].iter().all(|h| scores[h.row] == h.score));
+        }
+    }
+    // The duplicated row's twin ranks by id.
+    let first = &index.search_batch(&queries[..dim], 2).unwrap()[0];
+    assert_eq!(first[0].score, first[1].score);
+    assert!(first[0].id > first[1].id, "{first:?}");
+
+    // f16 storage searches the widened values.
+    let half = index.to_dtype(IndexDtype::F16);
+    let wide = half.embeddings().into_owned();
+    let wide_rows: Vec<Vec<f32>> = wide.chunks_exact(dim).map(<[f32]>::to_vec).collect();
+    let batch = half.search_batch(&queries, k).unwrap();
+    for (i, q) in queries.chunks_exact(dim).enumerate() {
+        let got: Vec<(String, f32)> = batch[i].iter().map(|h| (h.id.clone(), h.score)).collect();
+        assert_eq!(got, naive_top_k(&ids, &wide_rows, q, k), "f16 query {i}");
+    }
+}
+
+#[test]
+fn a_mapped_index_reports_a_non_finite_row_when_searched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.npy");
+    let mut index = EmbeddingIndex::new(
+        vec!["a".into(), "b".into(), "c".into()],
+        vec![1.0, 0.0, 0.0, 1.0, 0.5, 0.5],
+        2,
+        "",
+    )
+    .unwrap();
+    index.save(&path).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.len() - 4;
+    bytes[at..].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(&path, bytes).unwrap();
+    // Reading scans the values; mapping leaves them to the search, which names file and row.
+    let err = EmbeddingIndex::load(&path).unwrap_err();
+    assert!(
+        err.to_string().contains("non-finite value in row 2"),
+        "{err}"
+    );
+    let mapped = EmbeddingIndex::open(&path).unwrap();
+    let err = mapped.top_k(&[1.0, 0.0], 1).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, Error::IndexFormat { .. })
+            && msg.contains("bad.npy")
+            && msg.contains("row 2 (id `c`)"),
+        "{msg}"
+    );
+    // Queries that are not whole rows, or not finite, are refused.
+    let err = index.search_batch(&[1.0, 0.0, 1.0], 1).unwrap_err();
+    assert!(err.to_string().contains("not whole rows"), "{err}");
+    let err = index.search_batch(&[1.0, f32::INFINITY], 1).unwrap_err();
+    assert!(err.to_string().contains("non-finite"), "{err}");
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {

@@ -189,7 +189,7 @@ fn embed_and_search_round_trip_with_minilm() {
         assert_eq!(index.ids, want_ids);
         assert_eq!(index.dim, 384);
         for (i, row) in want.iter().enumerate() {
-            let d = max_abs_diff(index.row(i), row);
+            let d = max_abs_diff(&index.row(i), row);
             assert!(d < 1e-5, "{name} row {i} differs by {d}");
         }
     }
@@ -347,4 +347,132 @@ fn embed_killed_with_sigkill_resumes_to_the_same_file() {
     );
     assert_eq!(std::fs::read(&output).unwrap(), want, "the same bytes");
     assert!(!parts.exists(), "the parts folder is removed at the end");
+}
+
+/// `embed --index-dtype f16` stores the f32 embeddings rounded to half precision, and
+/// `search --queries` (one pass over the mapped index, a TREC run) gives each query exactly the
+/// hits that `search --query` gives it alone.
+#[test]
+fn f16_index_and_a_file_of_queries_match_single_searches() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.jsonl");
+    let mut text = String::new();
+    for i in 0..300 {
+        let body: Vec<String> = (0..(i % 9 + 3))
+            .map(|j| format!("w{}", (i * 31 + j * 7) % 97))
+            .collect();
+        text.push_str(&format!(
+            "{{\"id\": \"p{i}\", \"text\": \"{}\"}}\n",
+            body.join(" ")
+        ));
+    }
+    std::fs::write(&corpus, text).unwrap();
+    let embed = |output: &Path, dtype: &str| {
+        let out = run(bin()
+            .args(["embed", "--quiet", "--model"])
+            .arg(tiny_bert())
+            .arg("--input")
+            .arg(&corpus)
+            .arg("--output")
+            .arg(output)
+            .args(["--index-dtype", dtype]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let full = dir.path().join("f32.safetensors");
+    let half = dir.path().join("f16.safetensors");
+    embed(&full, "f32");
+    embed(&half, "f16");
+    let full = EmbeddingIndex::load(&full).unwrap();
+    let loaded = EmbeddingIndex::load(&half).unwrap();
+    assert_eq!(loaded.dtype(), infembed::IndexDtype::F16);
+    let rounded = full.to_dtype(infembed::IndexDtype::F16);
+    assert_eq!(loaded.ids, rounded.ids);
+    assert!(
+        loaded.embeddings() == rounded.embeddings(),
+        "f16 values differ"
+    );
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    assert!(size(&half) < size(&dir.path().join("f32.safetensors")));
+
+    let queries = [
+        ("q1", "w3 w10 w17", None),
+        ("q2", "w50 w57", Some("prefer short passages")),
+        ("q3", "w96", None),
+        ("q4", "w0 w7 w14 w21", Some("anything")),
+    ];
+    let qfile = dir.path().join("queries.jsonl");
+    let lines: Vec<String> = queries
+        .iter()
+        .map(|(id, text, ins)| {
+            serde_json::json!({"id": id, "text": text, "instruction": ins}).to_string()
+        })
+        .collect();
+    std::fs::write(&qfile, lines.join("\n")).unwrap();
+    let run_file = dir.path().join("run.trec");
+    let out = run(bin()
+        .args(["search", "--model"])
+        .arg(tiny_bert())
+        .arg("--index")
+        .arg(&half)
+        .arg("--queries")
+        .arg(&qfile)
+        .args(["-k", "7", "--output"])
+        .arg(&run_file));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trec = std::fs::read_to_string(&run_file).unwrap();
+    let rows: Vec<Vec<&str>> = trec.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(rows.len(), queries.len() * 7);
+    for (qi, (id, text, ins)) in queries.iter().enumerate() {
+        let mut cmd = bin();
+        cmd.args(["search", "--model"])
+            .arg(tiny_bert())
+            .arg("--index")
+            .arg(&half)
+            .args(["--query", text, "-k", "7", "--json"]);
+        if let Some(ins) = ins {
+            cmd.args(["--instruction", ins]);
+        }
+        let out = run(&mut cmd);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let hits = v["hits"].as_array().unwrap();
+        assert_eq!(hits.len(), 7);
+        for (r, hit) in hits.iter().enumerate() {
+            let row = &rows[qi * 7 + r];
+            assert_eq!(row[0], *id);
+            assert_eq!(row[1], "Q0");
+            assert_eq!(row[2], hit["id"].as_str().unwrap(), "{id} rank {}", r + 1);
+            assert_eq!(row[3], (r + 1).to_string());
+            let score: f32 = row[4].parse().unwrap();
+            assert_eq!(
+                score,
+                hit["score"].as_f64().unwrap() as f32,
+                "{id} rank {}",
+                r + 1
+            );
+        }
+    }
+
+    // --queries and --json do not go together; --output needs --queries.
+    let out = run(bin()
+        .args(["search", "--model"])
+        .arg(tiny_bert())
+        .arg("--index")
+        .arg(&half)
+        .arg("--queries")
+        .arg(&qfile)
+        .arg("--json"));
+    assert!(!out.status.success());
 }

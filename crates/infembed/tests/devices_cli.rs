@@ -128,8 +128,10 @@ fn embed_command(device: &str, dtype: &str, model: &Path, input: &Path, output: 
 fn max_abs_diff(a: &EmbeddingIndex, b: &EmbeddingIndex) -> f32 {
     assert_eq!(a.ids, b.ids);
     assert_eq!(a.dim, b.dim);
-    (0..a.ids.len())
-        .flat_map(|i| a.row(i).iter().zip(b.row(i)).map(|(x, y)| (x - y).abs()))
+    let (a, b) = (a.embeddings(), b.embeddings());
+    a.iter()
+        .zip(b.iter())
+        .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
 

@@ -10,7 +10,7 @@ use clap::Args;
 use infembed::eval::{
     DEFAULT_SHARD_RECORDS, EmbedFileOptions, EmbedProgress, embed_file, parts_dir, scan_texts,
 };
-use infembed::{IndexFormat, Side};
+use infembed::{IndexDtype, IndexFormat, Side};
 
 use super::load_encoder;
 
@@ -45,6 +45,10 @@ pub struct EmbedArgs {
     /// Discard the shards of an earlier unfinished run instead of resuming from them.
     #[arg(long)]
     restart: bool,
+    /// The number type the index file stores: f32, or f16 (half the size; scores move by about
+    /// 1e-4, see docs/benchmarks.md). Search computes in f32 either way.
+    #[arg(long, default_value = "f32")]
+    index_dtype: IndexDtype,
     /// No progress display.
     #[arg(long)]
     quiet: bool,
@@ -64,7 +68,8 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
     };
     let options = EmbedFileOptions::new(side)
         .with_shard_records(usize::try_from(args.shard_size).unwrap_or(usize::MAX))
-        .with_restart(args.restart);
+        .with_restart(args.restart)
+        .with_dtype(args.index_dtype);
     let start = Instant::now();
     let mut display = Progress::new(args.quiet);
     let summary = embed_file(&encoder, &scan, &args.output, &options, &mut |p| {

@@ -1,4 +1,5 @@
-//! `infembed search`: rank a JSONL corpus or a saved index for an instruction and a query.
+//! `infembed search`: rank a JSONL corpus or a saved index for an instruction and a query, or
+//! for a file of queries at once (a TREC run).
 
 use std::path::PathBuf;
 
@@ -10,6 +11,7 @@ use super::load_encoder;
 
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("source").required(true).args(["corpus", "index"])))]
+#[command(group(clap::ArgGroup::new("asked").required(true).args(["query", "queries"])))]
 pub struct SearchArgs {
     /// The model directory (e.g. models/all-MiniLM-L6-v2 after `cargo xtask fetch-model`).
     #[arg(long)]
@@ -17,7 +19,8 @@ pub struct SearchArgs {
     /// A JSONL corpus (as for `infembed embed`), embedded on the fly.
     #[arg(long)]
     corpus: Option<PathBuf>,
-    /// An index written by `infembed embed` (.safetensors, or .npy with its .ids.txt).
+    /// An index written by `infembed embed` (.safetensors, or .npy with its .ids.txt), f32 or
+    /// f16; it is memory-mapped, not read.
     #[arg(long)]
     index: Option<PathBuf>,
     /// Encoder config JSON; must match the one the index was embedded with.
@@ -25,11 +28,18 @@ pub struct SearchArgs {
     encoder_config: Option<PathBuf>,
     /// The query.
     #[arg(long)]
-    query: String,
+    query: Option<String>,
     /// The instruction that goes with the query (empty by default).
-    #[arg(long, default_value = "")]
+    #[arg(long, default_value = "", requires = "query")]
     instruction: String,
-    /// How many documents to print.
+    /// A JSONL file of queries (`id` or `_id`, `text`, optional `instruction`), searched in one
+    /// pass over the index; the hits are written as a TREC run (`qid Q0 doc rank score tag`).
+    #[arg(long, conflicts_with = "json")]
+    queries: Option<PathBuf>,
+    /// Where the TREC run of --queries goes (standard output by default).
+    #[arg(long, requires = "queries")]
+    output: Option<PathBuf>,
+    /// How many documents to print (per query).
     #[arg(short, long, default_value_t = 10)]
     k: usize,
     /// Print one JSON object on stdout instead of a table.
@@ -46,7 +56,7 @@ pub fn run(args: &SearchArgs) -> Result<()> {
         encoder = load_encoder(&args.model, args.encoder_config.as_deref(), &args.device)?;
         (embed_passages(&encoder, &records)?, records)
     } else if let Some(path) = &args.index {
-        let index = EmbeddingIndex::load(path)?;
+        let index = EmbeddingIndex::open(path)?;
         encoder = load_encoder(&args.model, args.encoder_config.as_deref(), &args.device)?;
         let ours = encoder.source_dir().display().to_string();
         if !index.model.is_empty() && index.model != ours {
@@ -60,7 +70,11 @@ pub fn run(args: &SearchArgs) -> Result<()> {
     } else {
         bail!("give --corpus FILE.jsonl or --index FILE.safetensors");
     };
-    let hits = infembed::search(&encoder, &index, &args.instruction, &args.query, args.k)?;
+    if let Some(queries) = &args.queries {
+        return search_many(&encoder, &index, queries, args);
+    }
+    let query = args.query.as_deref().unwrap_or_default();
+    let hits = infembed::search(&encoder, &index, &args.instruction, query, args.k)?;
     let text_of: std::collections::HashMap<&str, String> = records
         .iter()
         .map(|r| (r.id.as_str(), r.passage_text()))
@@ -83,7 +97,7 @@ pub fn run(args: &SearchArgs) -> Result<()> {
             })
             .collect();
         let out = serde_json::json!({
-            "query": args.query,
+            "query": query,
             "instruction": args.instruction,
             "model": encoder.source_dir().display().to_string(),
             "n_docs": index.len(),
@@ -98,5 +112,51 @@ pub fn run(args: &SearchArgs) -> Result<()> {
             .replace(['\n', '\r', '\t'], " ");
         println!("{:>4}  {:>8.4}  {}  {text}", h.rank, h.score, h.id);
     }
+    Ok(())
+}
+
+/// `--queries`: every query of the file embedded, searched in one pass over the index, the hits
+/// written as a TREC run.
+fn search_many(
+    encoder: &infembed::encoder::DualEncoder,
+    index: &EmbeddingIndex,
+    queries: &std::path::Path,
+    args: &SearchArgs,
+) -> Result<()> {
+    use std::io::Write;
+    let records = read_texts(queries)?;
+    let embedded = infembed::embed_queries(encoder, &records)?;
+    index.check_dim(embedded.dim, &encoder.source_dir().display().to_string())?;
+    let start = std::time::Instant::now();
+    let hits = index.search_batch(&embedded.embeddings(), args.k)?;
+    let seconds = start.elapsed().as_secs_f64();
+    let mut out: Box<dyn Write> = match &args.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    for (query, hits) in records.iter().zip(&hits) {
+        for h in hits {
+            writeln!(
+                out,
+                "{} Q0 {} {} {} infembed",
+                query.id, h.id, h.rank, h.score
+            )?;
+        }
+    }
+    out.flush()?;
+    eprintln!(
+        "searched {} queries over {} documents ({}, {}) in {seconds:.2} s",
+        records.len(),
+        index.len(),
+        index.dtype(),
+        if index.is_mapped() {
+            "mapped"
+        } else {
+            "in memory"
+        },
+    );
     Ok(())
 }
