@@ -4,10 +4,13 @@
 
 use std::path::Path;
 
-use burn::tensor::{Device, Tensor};
+use std::collections::HashMap;
+
+use burn::tensor::{Device, Tensor, TensorData};
 use infembed_encoder::{DualEncoder, EncoderConfig, tensor_rows};
 
 use crate::error::{Error, Result};
+use crate::index::EmbeddingIndex;
 use crate::load::{load_encoder, model_name};
 use crate::retrieve::{QueryRequest, Retriever};
 
@@ -17,6 +20,8 @@ pub struct EncoderRetriever {
     encoder: DualEncoder,
     name: String,
     corpus: Option<Tensor<2>>,
+    /// Precomputed passage embeddings, looked up by id instead of encoding the corpus.
+    precomputed: Option<EmbeddingIndex>,
 }
 
 impl std::fmt::Debug for EncoderRetriever {
@@ -34,7 +39,20 @@ impl EncoderRetriever {
             encoder,
             name: name.into(),
             corpus: None,
+            precomputed: None,
         }
+    }
+
+    /// Takes the corpus side from `index` (written by `infembed embed` from the same corpus with
+    /// this model) instead of encoding the corpus: [`Retriever::index_documents`] then looks each
+    /// document up by id, in the corpus's order. The queries are still encoded.
+    ///
+    /// # Errors
+    /// [`Error::DimensionMismatch`] when the index's dimension is not the encoder's.
+    pub fn with_index(mut self, index: EmbeddingIndex) -> Result<Self> {
+        index.check_dim(self.encoder.dim(), &self.name)?;
+        self.precomputed = Some(index);
+        Ok(self)
     }
 
     /// Loads a model directory (a Hugging Face / sentence-transformers checkpoint, or one saved by
@@ -62,6 +80,38 @@ impl Retriever for EncoderRetriever {
 
     fn index(&mut self, corpus: &[&str]) -> Result<()> {
         self.corpus = Some(self.encoder.encode_passages(corpus)?.embeddings);
+        Ok(())
+    }
+
+    fn index_documents(&mut self, ids: &[String], texts: &[&str]) -> Result<()> {
+        let Some(index) = &self.precomputed else {
+            return self.index(texts);
+        };
+        let row_of: HashMap<&str, usize> = index
+            .ids
+            .iter()
+            .enumerate()
+            .map(|(row, id)| (id.as_str(), row))
+            .collect();
+        let missing: Vec<&String> = ids
+            .iter()
+            .filter(|id| !row_of.contains_key(id.as_str()))
+            .collect();
+        if let Some(first) = missing.first() {
+            return Err(Error::IndexMissingDocument {
+                index: index.source_path(),
+                id: first.to_string(),
+                missing: missing.len(),
+                total: ids.len(),
+            });
+        }
+        let dim = index.dim;
+        let mut rows = Vec::with_capacity(ids.len() * dim);
+        for id in ids {
+            rows.extend_from_slice(&index.row(row_of[id.as_str()]));
+        }
+        let data = TensorData::new(rows, [ids.len(), dim]);
+        self.corpus = Some(Tensor::<2>::from_data(data, self.encoder.device()));
         Ok(())
     }
 

@@ -77,6 +77,22 @@ pub enum Error {
         /// The unknown document id.
         doc: String,
     },
+    /// A precomputed corpus index lacks a document of the evaluated corpus.
+    #[error(
+        "{} has no embedding for document `{id}` of the corpus ({missing} of {total} documents \
+         missing): embed the same corpus file with `infembed embed`",
+        index.display()
+    )]
+    IndexMissingDocument {
+        /// The index file.
+        index: PathBuf,
+        /// The first missing document id.
+        id: String,
+        /// How many corpus documents the index lacks.
+        missing: usize,
+        /// The corpus's size.
+        total: usize,
+    },
     /// Writing an output file failed.
     #[error("cannot write {}: {source}", path.display())]
     Write {

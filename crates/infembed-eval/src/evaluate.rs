@@ -11,7 +11,7 @@
 
 use infembed_data::{EvalSet, FollowIrSet};
 use infembed_metrics::{
-    EvalOptions, Evaluation, Measure, Qrels, Run, TieBreak, evaluate_with, p_mrr,
+    EvalOptions, Evaluation, Measure, PMrr, Qrels, Run, TieBreak, evaluate_with, p_mrr,
 };
 
 use crate::error::{Error, Result};
@@ -96,6 +96,9 @@ pub struct FollowIrOutcome {
     pub og_run: Run,
     /// The changed-instruction run.
     pub changed_run: Run,
+    /// p-MRR in detail: each changed document's ranks and score, each query's mean (fractions,
+    /// not percentages), the queries left out.
+    pub p_mrr: PMrr,
 }
 
 /// The result of [`evaluate_retrieval`]; values are percentages.
@@ -156,8 +159,9 @@ fn index_corpus(
     }
     let texts: Vec<String> = corpus.iter().map(|d| d.full_text()).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    retriever.index(&refs)?;
-    Ok(corpus.iter().map(|d| d.id.clone()).collect())
+    let ids: Vec<String> = corpus.iter().map(|d| d.id.clone()).collect();
+    retriever.index_documents(&ids, &refs)?;
+    Ok(ids)
 }
 
 /// Runs an instruction-following test: every query with its original and its changed instruction,
@@ -249,6 +253,7 @@ pub fn evaluate_followir(
         report,
         og_run,
         changed_run,
+        p_mrr: pmrr,
     })
 }
 

@@ -33,6 +33,14 @@ pub trait Retriever {
     fn name(&self) -> String;
     /// Indexes `corpus` (replacing any previous index); document `i` is `corpus[i]`.
     fn index(&mut self, corpus: &[&str]) -> Result<()>;
+    /// Indexes a corpus whose document `i` has id `ids[i]` and text `texts[i]`. The harness calls
+    /// this; the default ignores the ids and calls [`Retriever::index`]. A retriever that holds
+    /// precomputed document representations (an [`crate::EmbeddingIndex`]) looks them up by id
+    /// instead of encoding the texts.
+    fn index_documents(&mut self, ids: &[String], texts: &[&str]) -> Result<()> {
+        let _ = ids;
+        self.index(texts)
+    }
     /// Scores each query against every indexed document: one vector of corpus length per query.
     fn score(&mut self, queries: &[QueryRequest]) -> Result<Vec<Vec<f32>>>;
 }

@@ -349,6 +349,23 @@ fn embed_killed_with_sigkill_resumes_to_the_same_file() {
     assert!(!parts.exists(), "the parts folder is removed at the end");
 }
 
+/// `infembed embed` of `input` with the tiny BERT fixture into `output`, stored as `dtype`.
+fn embed_tiny(input: &Path, output: &Path, dtype: &str) {
+    let out = run(bin()
+        .args(["embed", "--quiet", "--model"])
+        .arg(tiny_bert())
+        .arg("--input")
+        .arg(input)
+        .arg("--output")
+        .arg(output)
+        .args(["--index-dtype", dtype]));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `embed --index-dtype f16` stores the f32 embeddings rounded to half precision, and
 /// `search --queries` (one pass over the mapped index, a TREC run) gives each query exactly the
 /// hits that `search --query` gives it alone.
@@ -367,21 +384,7 @@ fn f16_index_and_a_file_of_queries_match_single_searches() {
         ));
     }
     std::fs::write(&corpus, text).unwrap();
-    let embed = |output: &Path, dtype: &str| {
-        let out = run(bin()
-            .args(["embed", "--quiet", "--model"])
-            .arg(tiny_bert())
-            .arg("--input")
-            .arg(&corpus)
-            .arg("--output")
-            .arg(output)
-            .args(["--index-dtype", dtype]));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let embed = |output: &Path, dtype: &str| embed_tiny(&corpus, output, dtype);
     let full = dir.path().join("f32.safetensors");
     let half = dir.path().join("f16.safetensors");
     embed(&full, "f32");
@@ -475,4 +478,211 @@ fn f16_index_and_a_file_of_queries_match_single_searches() {
         .arg(&qfile)
         .arg("--json"));
     assert!(!out.status.success());
+}
+
+/// `eval --index` takes the corpus side from an index written by `embed` (looked up by id) and
+/// gives the report of an evaluation that embeds the corpus itself; an index that lacks a corpus
+/// document is a one-line error naming it.
+#[test]
+fn eval_with_a_saved_index_equals_eval_that_embeds_the_corpus() {
+    // The first 300 documents of msmarco-subset with their judged queries, as a BEIR folder.
+    let source = infembed_testkit::workspace_root().join("data/msmarco-subset");
+    let dir = tempfile::tempdir().unwrap();
+    let beir = dir.path().join("beir");
+    std::fs::create_dir_all(beir.join("qrels")).unwrap();
+    let read = |name: &str| std::fs::read_to_string(source.join(name)).unwrap();
+    let id_of = |line: &str| {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        v["_id"].as_str().unwrap().to_string()
+    };
+    let corpus_text = read("corpus.jsonl");
+    let docs: Vec<&str> = corpus_text.lines().take(300).collect();
+    let doc_ids: std::collections::HashSet<String> = docs.iter().map(|l| id_of(l)).collect();
+    let qrels_text = read("qrels/test.tsv");
+    let mut qrels = vec![qrels_text.lines().next().unwrap()];
+    qrels.extend(
+        qrels_text
+            .lines()
+            .skip(1)
+            .filter(|l| doc_ids.contains(l.split('\t').nth(1).unwrap())),
+    );
+    let query_ids: std::collections::HashSet<&str> = qrels[1..]
+        .iter()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    let queries_text = read("queries.jsonl");
+    let queries: Vec<&str> = queries_text
+        .lines()
+        .filter(|l| query_ids.contains(id_of(l).as_str()))
+        .collect();
+    assert!(queries.len() > 100, "{} queries", queries.len());
+    std::fs::write(beir.join("corpus.jsonl"), docs.join("\n")).unwrap();
+    std::fs::write(beir.join("queries.jsonl"), queries.join("\n")).unwrap();
+    std::fs::write(beir.join("qrels/test.tsv"), qrels.join("\n")).unwrap();
+
+    let embed = embed_tiny;
+    let eval = |index: Option<&Path>| {
+        let mut cmd = bin();
+        cmd.args(["eval", "--beir"])
+            .arg(&beir)
+            .arg("--model")
+            .arg(tiny_bert())
+            .arg("--json");
+        if let Some(index) = index {
+            cmd.arg("--index").arg(index);
+        }
+        run(&mut cmd)
+    };
+    let report = |out: &Output| -> serde_json::Value {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let full = dir.path().join("corpus.safetensors");
+    let half = dir.path().join("corpus-f16.safetensors");
+    embed(&beir.join("corpus.jsonl"), &full, "f32");
+    embed(&beir.join("corpus.jsonl"), &half, "f16");
+
+    let own = report(&eval(None));
+    let indexed = report(&eval(Some(&full)));
+    let fields = [
+        "ndcg_at_10",
+        "map_at_1000",
+        "mrr_at_10",
+        "p_at_10",
+        "recall_at_100",
+    ];
+    for field in fields {
+        let (a, b) = (
+            own[field].as_f64().unwrap(),
+            indexed[field].as_f64().unwrap(),
+        );
+        assert!(
+            (a - b).abs() < 1e-9,
+            "{field}: {a} embedding the corpus, {b} from the index"
+        );
+    }
+    assert_eq!(own["n_docs"], indexed["n_docs"]);
+    // Half precision moves the scores by about 1e-3 here: the metrics stay close.
+    let rounded = report(&eval(Some(&half)));
+    for field in fields {
+        let (a, b) = (
+            own[field].as_f64().unwrap(),
+            rounded[field].as_f64().unwrap(),
+        );
+        assert!(
+            (a - b).abs() < 1.0,
+            "{field}: {a} in f32, {b} from the f16 index"
+        );
+    }
+
+    // An index of part of the corpus names the first missing document.
+    let corpus = std::fs::read_to_string(beir.join("corpus.jsonl")).unwrap();
+    let part = dir.path().join("part.jsonl");
+    std::fs::write(&part, corpus.lines().skip(3).collect::<Vec<_>>().join("\n")).unwrap();
+    let partial = dir.path().join("part.safetensors");
+    embed(&part, &partial, "f32");
+    let first: serde_json::Value = serde_json::from_str(corpus.lines().next().unwrap()).unwrap();
+    let first_id = first["_id"]
+        .as_str()
+        .or(first["id"].as_str())
+        .unwrap()
+        .to_string();
+    assert_user_error(
+        &eval(Some(&partial)),
+        &[
+            "part.safetensors",
+            &format!("`{first_id}`"),
+            "3 of",
+            "infembed embed",
+        ],
+    );
+}
+
+/// `eval --run-dir` on an instruction-following test writes p-MRR per query and per changed
+/// document beside the two runs: each document's ranks are its ranks in the written runs (or one
+/// past the end when absent), its score is FollowIR's rank score of those ranks (recomputed here),
+/// each query's value is the mean of its documents', and their mean is the report's p-MRR.
+#[test]
+fn eval_writes_p_mrr_per_query_and_per_document() {
+    let root = infembed_testkit::workspace_root();
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let out = run(bin()
+        .args(["eval", "--data"])
+        .arg(root.join("data/inf-ir-sample/dev.jsonl"))
+        .arg("--distractors")
+        .arg(root.join("data/inf-ir-sample/distractors.jsonl"))
+        .arg("--json")
+        .arg("--run-dir")
+        .arg(&runs));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // Ranks in a written run: the line's position among the query's lines.
+    let ranks = |name: &str| {
+        let mut ranks: std::collections::HashMap<String, Vec<String>> = Default::default();
+        for line in std::fs::read_to_string(runs.join(name)).unwrap().lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            ranks
+                .entry(f[0].to_string())
+                .or_default()
+                .push(f[2].to_string());
+        }
+        ranks
+    };
+    let (og, changed) = (ranks("og.trec"), ranks("changed.trec"));
+    let rank_in = |run: &std::collections::HashMap<String, Vec<String>>, q: &str, d: &str| {
+        let docs = &run[q];
+        docs.iter()
+            .position(|x| x == d)
+            .map_or(docs.len() + 1, |i| i + 1)
+    };
+    // FollowIR's (mteb's) rank score, written out here from its definition.
+    let rank_score = |o: usize, n: usize| -> f64 {
+        let (o, n) = (o as f64, n as f64);
+        if o >= n {
+            (1.0 / o) / (1.0 / n) - 1.0
+        } else {
+            1.0 - (1.0 / n) / (1.0 / o)
+        }
+    };
+    let documents = std::fs::read_to_string(runs.join("p-mrr-documents.tsv")).unwrap();
+    let mut by_query: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for line in documents.lines().skip(1) {
+        let f: Vec<&str> = line.split('\t').collect();
+        let (q, d) = (f[0], f[1]);
+        let (o, n): (usize, usize) = (f[2].parse().unwrap(), f[3].parse().unwrap());
+        assert_eq!(o, rank_in(&og, q, d), "{q} {d}");
+        assert_eq!(n, rank_in(&changed, q, d), "{q} {d}");
+        let score: f64 = f[4].parse().unwrap();
+        assert!((score - 100.0 * rank_score(o, n)).abs() < 1e-9, "{line}");
+        by_query.entry(q.to_string()).or_default().push(score);
+    }
+    assert!(by_query.len() > 10, "{documents}");
+    let per_query = std::fs::read_to_string(runs.join("p-mrr.tsv")).unwrap();
+    let mut values = Vec::new();
+    for line in per_query.lines().skip(1) {
+        let (q, v) = line.split_once('\t').unwrap();
+        let v: f64 = v.parse().unwrap();
+        let docs = &by_query[q];
+        assert!(
+            (v - docs.iter().sum::<f64>() / docs.len() as f64).abs() < 1e-9,
+            "{line}"
+        );
+        values.push(v);
+    }
+    assert_eq!(values.len(), by_query.len());
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    assert!(
+        (mean - report["p_mrr"].as_f64().unwrap()).abs() < 1e-9,
+        "{mean} vs {report}"
+    );
 }

@@ -8,8 +8,9 @@ use infembed::data::{self, Collection, QueryTemplate};
 use infembed::eval::model_name;
 use infembed::metrics::{Run, TieBreak};
 use infembed::{
-    Bm25Config, Bm25Retriever, EncoderRetriever, EvalConfig, FollowIrReport, RetrievalReport,
-    Retriever, Stemmer, StopWords, evaluate_followir, evaluate_retrieval, load_heldout,
+    Bm25Config, Bm25Retriever, EmbeddingIndex, EncoderRetriever, EvalConfig, FollowIrOutcome,
+    FollowIrReport, RetrievalReport, Retriever, Stemmer, StopWords, evaluate_followir,
+    evaluate_retrieval, load_heldout,
 };
 
 use super::load_encoder;
@@ -47,6 +48,11 @@ pub struct EvalArgs {
     /// Encoder config JSON (towers, interaction, template, max lengths, prefixes); with --model.
     #[arg(long, requires = "model")]
     encoder_config: Option<PathBuf>,
+    /// The corpus's passage embeddings, written by `infembed embed` from the same corpus with the
+    /// same model (f32 or f16, memory-mapped): looked up by document id instead of embedding the
+    /// corpus again. Only the queries are encoded.
+    #[arg(long, requires = "model")]
+    index: Option<PathBuf>,
     /// BM25 query template with {Q} (query) and {I} (instruction). A model's template is part of
     /// its encoder config.
     #[arg(long, default_value = QueryTemplate::DEFAULT, conflicts_with = "model")]
@@ -69,7 +75,10 @@ pub struct EvalArgs {
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     json: bool,
-    /// Write TREC run files into this folder.
+    /// Write TREC run files into this folder (og.trec and changed.trec, or run.trec), and for
+    /// instruction-following tests p-MRR in detail: p-mrr.tsv (query, p-MRR x100) and
+    /// p-mrr-documents.tsv (query, document, rank under the original and under the changed
+    /// instruction, the document's score x100).
     #[arg(long)]
     run_dir: Option<PathBuf>,
     #[command(flatten)]
@@ -81,7 +90,22 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let mut retriever: Box<dyn Retriever> = match &args.model {
         Some(dir) => {
             let encoder = load_encoder(dir, args.encoder_config.as_deref(), &args.device)?;
-            Box::new(EncoderRetriever::new(encoder, model_name(dir)))
+            let ours = encoder.source_dir().display().to_string();
+            let retriever = EncoderRetriever::new(encoder, model_name(dir));
+            match &args.index {
+                Some(path) => {
+                    let index = EmbeddingIndex::open(path)?;
+                    if !index.model.is_empty() && index.model != ours {
+                        eprintln!(
+                            "warning: {} was embedded with model {}, evaluating {ours}",
+                            path.display(),
+                            index.model
+                        );
+                    }
+                    Box::new(retriever.with_index(index)?)
+                }
+                None => Box::new(retriever),
+            }
         }
         None => {
             let template = QueryTemplate::new(&args.template)?;
@@ -101,19 +125,13 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     if let Some(path) = &args.data {
         let set = load_heldout(path, args.distractors.as_deref())?;
         let outcome = evaluate_followir(&set, retriever, &config)?;
-        write_runs(
-            args,
-            &[("og", &outcome.og_run), ("changed", &outcome.changed_run)],
-        )?;
+        write_followir(args, &outcome)?;
         return print_followir(&outcome.report, args.json);
     }
     if let Some(dir) = &args.followir {
         let set = data::load_followir(dir, &args.split)?;
         let outcome = evaluate_followir(&set, retriever, &config)?;
-        write_runs(
-            args,
-            &[("og", &outcome.og_run), ("changed", &outcome.changed_run)],
-        )?;
+        write_followir(args, &outcome)?;
         return print_followir(&outcome.report, args.json);
     }
     let set = if let Some(dir) = &args.beir {
@@ -147,6 +165,40 @@ fn write_runs(args: &EvalArgs, runs: &[(&str, &Run)]) -> Result<()> {
     for (name, run) in runs {
         let path = dir.join(format!("{name}.trec"));
         run.write(&path, TieBreak::DocIdDescending)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// `--run-dir` for an instruction-following test: both runs, then p-MRR per query and per
+/// changed document.
+fn write_followir(args: &EvalArgs, outcome: &FollowIrOutcome) -> Result<()> {
+    write_runs(
+        args,
+        &[("og", &outcome.og_run), ("changed", &outcome.changed_run)],
+    )?;
+    let Some(dir) = &args.run_dir else {
+        return Ok(());
+    };
+    let mut per_query = String::from("query\tp_mrr\n");
+    for (query, value) in &outcome.p_mrr.per_query {
+        per_query.push_str(&format!("{query}\t{}\n", 100.0 * value));
+    }
+    let mut documents = String::from("query\tdoc\tog_rank\tchanged_rank\tscore\n");
+    for d in &outcome.p_mrr.documents {
+        documents.push_str(&format!(
+            "{}\t{}\t{}\t{}\t{}\n",
+            d.query,
+            d.doc,
+            d.og_rank,
+            d.changed_rank,
+            100.0 * d.score
+        ));
+    }
+    for (name, text) in [("p-mrr.tsv", per_query), ("p-mrr-documents.tsv", documents)] {
+        let path = dir.join(name);
+        infembed::data::write_atomic(&path, text.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
