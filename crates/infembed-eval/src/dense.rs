@@ -108,7 +108,16 @@ impl Retriever for EncoderRetriever {
         let dim = index.dim;
         let mut rows = Vec::with_capacity(ids.len() * dim);
         for id in ids {
-            rows.extend_from_slice(&index.row(row_of[id.as_str()]));
+            let row = row_of[id.as_str()];
+            let values = index.row(row);
+            // A mapped index is not scanned when opened: its rows are checked as they are used.
+            if values.iter().any(|v| !v.is_finite()) {
+                return Err(Error::IndexFormat {
+                    path: index.source_path(),
+                    problem: format!("non-finite value in row {row} (id `{id}`)"),
+                });
+            }
+            rows.extend_from_slice(&values);
         }
         let data = TensorData::new(rows, [ids.len(), dim]);
         self.corpus = Some(Tensor::<2>::from_data(data, self.encoder.device()));

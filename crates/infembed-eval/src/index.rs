@@ -201,14 +201,21 @@ impl EmbeddingIndex {
 
     /// The same index with its embeddings stored as `dtype`, in memory (`f16` rounds each value
     /// to the nearest half-precision number). [`EmbeddingIndex::save`] then writes that type.
-    pub fn to_dtype(&self, dtype: IndexDtype) -> Self {
-        Self {
+    ///
+    /// # Errors
+    /// [`Error::IndexShape`] naming the row and id of a value beyond `f16`'s range (magnitude
+    /// over 65504; unit-length embeddings are far inside it).
+    pub fn to_dtype(&self, dtype: IndexDtype) -> Result<Self> {
+        let rows = self.rows.to_dtype(dtype).map_err(|i| Error::IndexShape {
+            problem: f16_range(i / self.dim, Some(&self.ids[i / self.dim])),
+        })?;
+        Ok(Self {
             ids: self.ids.clone(),
-            rows: self.rows.to_dtype(dtype),
+            rows,
             dim: self.dim,
             model: self.model.clone(),
             source: self.source.clone(),
-        }
+        })
     }
 
     /// Row `i`'s embedding (`d` values): borrowed when stored as `f32`, widened from `f16`.
@@ -601,6 +608,16 @@ impl IndexWriter {
                 (Block::F32(v), IndexDtype::F16) => {
                     let narrow = &mut narrow[..b - a];
                     narrow.convert_from_f32_slice(&v[a..b]);
+                    if let Some(i) = crate::store::overflow(&v[a..b], narrow) {
+                        let row = (self.written + a + i) / self.dim;
+                        return Err(Error::IndexShape {
+                            problem: format!(
+                                "{} (writing {})",
+                                f16_range(row, None),
+                                self.path.display()
+                            ),
+                        });
+                    }
                     bytes.extend(narrow.iter().flat_map(|x| x.to_bits().to_le_bytes()));
                 }
                 (block @ Block::F16(_), IndexDtype::F32) => {
@@ -1040,13 +1057,19 @@ fn read_npy(
         return Err(bad(format!("shape ({inside}) is not 2-dimensional (N, d)")));
     };
     let data_len = file_len - (prefix + header_len) as u64;
-    if data_len != (n * dim * dtype.width()) as u64 {
-        return Err(bad(format!(
-            "{data_len} data bytes for shape ({n}, {dim}) of {} (expected {})",
-            dtype.npy_descr(),
-            n * dim * dtype.width()
-        )));
-    }
+    // The data must hold exactly the shape's bytes (checked without overflow).
+    n.checked_mul(dim)
+        .and_then(|v| v.checked_mul(dtype.width()))
+        .filter(|&bytes| bytes as u64 == data_len)
+        .ok_or_else(|| {
+            bad(format!(
+                "{data_len} data bytes for shape ({n}, {dim}) of {} (expected {} bytes)",
+                dtype.npy_descr(),
+                n.checked_mul(dim)
+                    .and_then(|v| v.checked_mul(dtype.width()))
+                    .map_or("more than 2^64".to_string(), |b| b.to_string())
+            ))
+        })?;
     let start = (prefix + header_len) as u64;
     let rows = read_rows(reader, mapped.as_ref(), start, n * dim, dtype).map_err(rerr)?;
     let ids_file = ids_path(path);
@@ -1068,6 +1091,15 @@ fn read_npy(
         model: String::new(),
         source: None,
     })
+}
+
+/// The problem of a value beyond `f16`'s range in row `row`.
+fn f16_range(row: usize, id: Option<&str>) -> String {
+    let id = id.map(|id| format!(" (id `{id}`)")).unwrap_or_default();
+    format!(
+        "row {row}{id} holds a value beyond f16's range (magnitude over 65504); store the index \
+         as f32"
+    )
 }
 
 /// [`infembed_data::write_atomic`], its error naming `path`.

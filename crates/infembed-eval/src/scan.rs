@@ -151,9 +151,11 @@ pub(crate) fn pack_queries(queries: &[f32], dim: usize) -> Vec<f32> {
 /// # Errors
 /// The index (in `block`) of the first row holding a non-finite value.
 fn pack_rows(block: Block<'_>, dim: usize, rows: usize, out: &mut [f32]) -> Result<(), usize> {
-    out.par_chunks_mut(dim * NR).enumerate().try_for_each_init(
-        Vec::new,
-        |wide: &mut Vec<f32>, (p, panel)| {
+    // Every panel is packed; the smallest bad row is reported, whichever thread finds it.
+    let bad = out
+        .par_chunks_mut(dim * NR)
+        .enumerate()
+        .map_init(Vec::new, |wide: &mut Vec<f32>, (p, panel)| {
             let first = p * NR;
             let height = NR.min(rows - first);
             // The panel's rows as f32, row-major (borrowed when stored so).
@@ -182,8 +184,10 @@ fn pack_rows(block: Block<'_>, dim: usize, rows: usize, out: &mut [f32]) -> Resu
                 }
             }
             Ok(())
-        },
-    )
+        })
+        .filter_map(std::result::Result::err)
+        .min();
+    bad.map_or(Ok(()), Err)
 }
 
 /// Depth of one pass of the micro-kernel: a query tile's slice (`KC x MR`, 6 KiB) and a panel's
@@ -571,6 +575,8 @@ pub(crate) fn search(
     tie: TieBreak,
 ) -> Result<Vec<Vec<(usize, f64)>>, NonFinite> {
     let m = queries.len() / dim;
+    // More than the corpus is the corpus (and keeps `2 * k` far from overflow).
+    let k = k.min(source.rows());
     let mut states = vec![Running::new(); m];
     if k > 0 {
         scan(isa, source, dim, queries, &mut states, &|state, base, s| {
@@ -709,20 +715,59 @@ mod tests {
     }
 
     #[test]
-    fn a_non_finite_row_is_named() {
-        let mut r = values(40 * 4, 3);
-        r[37 * 4 + 2] = f32::NAN;
-        let err = search(
+    fn the_first_non_finite_row_is_named() {
+        // Bad rows in three panels of one chunk: the first is named, whichever thread saw it.
+        let mut r = values(200 * 4, 3);
+        r[170 * 4 + 2] = f32::NAN;
+        r[37 * 4] = f32::INFINITY;
+        r[90 * 4 + 3] = f32::NAN;
+        let ids: Vec<String> = (0..200).map(|i| format!("d{i}")).collect();
+        for m in [1, 30] {
+            let err = search(
+                Isa::detect(),
+                &Rows(r.clone(), 4),
+                &ids,
+                4,
+                &values(m * 4, 4),
+                3,
+                TieBreak::DocIdDescending,
+            )
+            .unwrap_err();
+            assert_eq!(err, NonFinite { row: 37 }, "{m} queries");
+        }
+    }
+
+    #[test]
+    fn a_k_beyond_the_corpus_returns_the_whole_ranking() {
+        let (n, dim) = (50, 3);
+        let q = values(2 * dim, 1);
+        let r = values(n * dim, 2);
+        let ids: Vec<String> = (0..n).map(|i| format!("d{i}")).collect();
+        let tie = TieBreak::DocIdDescending;
+        let got = search(
             Isa::detect(),
-            &Rows(r, 4),
-            &(0..40).map(|i| format!("d{i}")).collect::<Vec<_>>(),
-            4,
-            &values(4, 4),
-            3,
-            TieBreak::DocIdDescending,
+            &Rows(r.clone(), dim),
+            &ids,
+            dim,
+            &q,
+            usize::MAX,
+            tie,
         )
-        .unwrap_err();
-        assert_eq!(err, NonFinite { row: 37 });
+        .unwrap();
+        for (i, hits) in got.iter().enumerate() {
+            let entries = (0..n)
+                .map(|j| {
+                    (
+                        j,
+                        f64::from(chain(
+                            &q[i * dim..(i + 1) * dim],
+                            &r[j * dim..(j + 1) * dim],
+                        )),
+                    )
+                })
+                .collect();
+            assert_eq!(*hits, top_k(entries, &ids, n, tie));
+        }
     }
 
     proptest! {

@@ -193,20 +193,27 @@ impl Rows {
     }
 
     /// The same values stored as `dtype` (rounded to nearest for `f16`), in memory.
-    pub(crate) fn to_dtype(&self, dtype: IndexDtype) -> Rows {
+    ///
+    /// # Errors
+    /// The index of the first value beyond `f16`'s range (magnitude over 65504), which would
+    /// become an infinity.
+    pub(crate) fn to_dtype(&self, dtype: IndexDtype) -> Result<Rows, usize> {
         use half::slice::HalfFloatSliceExt;
         match (self.values(0, self.len()), dtype) {
-            (Block::F32(v), IndexDtype::F32) => Rows::F32(v.to_vec()),
-            (Block::F16(v), IndexDtype::F16) => Rows::F16(v.to_vec()),
+            (Block::F32(v), IndexDtype::F32) => Ok(Rows::F32(v.to_vec())),
+            (Block::F16(v), IndexDtype::F16) => Ok(Rows::F16(v.to_vec())),
             (Block::F32(v), IndexDtype::F16) => {
                 let mut out = vec![f16::ZERO; v.len()];
                 out.convert_from_f32_slice(v);
-                Rows::F16(out)
+                match overflow(v, &out) {
+                    Some(i) => Err(i),
+                    None => Ok(Rows::F16(out)),
+                }
             }
             (block @ Block::F16(_), IndexDtype::F32) => {
                 let mut out = vec![0f32; block.len()];
                 block.copy_to_f32(0, block.len(), &mut out);
-                Rows::F32(out)
+                Ok(Rows::F32(out))
             }
         }
     }
@@ -218,6 +225,14 @@ impl Rows {
             Block::F16(v) => v.iter().position(|x| !x.is_finite()),
         }
     }
+}
+
+/// The first finite value of `wide` whose half-precision rounding (`narrow`) is infinite.
+pub(crate) fn overflow(wide: &[f32], narrow: &[f16]) -> Option<usize> {
+    narrow
+        .iter()
+        .zip(wide)
+        .position(|(h, w)| h.is_infinite() && w.is_finite())
 }
 
 impl PartialEq for Rows {

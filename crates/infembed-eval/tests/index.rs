@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use infembed_eval::ids_path;
-use infembed_eval::{EmbeddingIndex, Error, IndexDtype, read_texts};
+use infembed_eval::{EmbeddingIndex, Error, IndexDtype, IndexWriter, read_texts};
 use proptest::prelude::*;
 
 fn sample_index() -> EmbeddingIndex {
@@ -370,7 +370,7 @@ fn f16_files_hold_half_precision_values_and_load_mapped_or_read() {
         .collect();
     let ids: Vec<String> = (0..n).map(|i| format!("p{i}")).collect();
     let index = EmbeddingIndex::new(ids.clone(), values.clone(), dim, "m").unwrap();
-    let mut half = index.to_dtype(IndexDtype::F16);
+    let mut half = index.to_dtype(IndexDtype::F16).unwrap();
     assert_eq!(half.dtype(), IndexDtype::F16);
     let want_bits: Vec<u16> = values.iter().map(|&v| f16_bits(v)).collect();
     let want: Vec<f32> = want_bits.iter().map(|&h| f16_value(h)).collect();
@@ -426,6 +426,62 @@ fn f16_files_hold_half_precision_values_and_load_mapped_or_read() {
 }
 
 #[test]
+fn an_npy_shape_too_large_to_hold_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.npy");
+    let mut header =
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 2), }".to_string();
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    std::fs::write(&path, bytes).unwrap();
+    std::fs::write(ids_path(&path), "x\n").unwrap();
+    for result in [EmbeddingIndex::load(&path), EmbeddingIndex::open(&path)] {
+        let err = result.unwrap_err();
+        assert!(
+            matches!(err, Error::IndexFormat { .. }) && err.to_string().contains("huge.npy"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn values_beyond_the_f16_range_are_refused_not_stored_as_infinities() {
+    let index = EmbeddingIndex::new(
+        vec!["a".into(), "b".into()],
+        vec![1.0, 0.5, 65504.0, -7.0e4],
+        2,
+        "",
+    )
+    .unwrap();
+    let err = index.to_dtype(IndexDtype::F16).unwrap_err().to_string();
+    assert!(
+        err.contains("row 1 (id `b`)") && err.contains("65504"),
+        "{err}"
+    );
+    // 65504 itself is f16's largest value and fits.
+    let fits = EmbeddingIndex::new(vec!["a".into()], vec![65504.0, -1.0], 2, "").unwrap();
+    assert_eq!(
+        *fits.to_dtype(IndexDtype::F16).unwrap().embeddings(),
+        [65504.0, -1.0]
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.safetensors");
+    let ids = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+    let mut writer = IndexWriter::create(&path, &ids, 2, "", IndexDtype::F16).unwrap();
+    writer.write_rows(&[1.0, 0.0, 0.0, 1.0]).unwrap();
+    let err = writer.write_rows(&[1.0e5, 0.0]).unwrap_err().to_string();
+    assert!(err.contains("row 2") && err.contains("f16"), "{err}");
+    drop(writer);
+    assert!(!path.exists(), "a failed writer leaves no file");
+}
+
+#[test]
 fn a_batch_search_equals_each_query_alone_and_the_naive_ranking() {
     let dir = tempfile::tempdir().unwrap();
     let (n, dim, m, k) = (3000, 40, 29, 25);
@@ -463,7 +519,7 @@ fn a_batch_search_equals_each_query_alone_and_the_naive_ranking() {
     assert!(first[0].id > first[1].id, "{first:?}");
 
     // f16 storage searches the widened values.
-    let half = index.to_dtype(IndexDtype::F16);
+    let half = index.to_dtype(IndexDtype::F16).unwrap();
     let wide = half.embeddings().into_owned();
     let wide_rows: Vec<Vec<f32>> = wide.chunks_exact(dim).map(<[f32]>::to_vec).collect();
     let batch = half.search_batch(&queries, k).unwrap();

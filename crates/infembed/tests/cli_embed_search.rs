@@ -392,7 +392,7 @@ fn f16_index_and_a_file_of_queries_match_single_searches() {
     let full = EmbeddingIndex::load(&full).unwrap();
     let loaded = EmbeddingIndex::load(&half).unwrap();
     assert_eq!(loaded.dtype(), infembed::IndexDtype::F16);
-    let rounded = full.to_dtype(infembed::IndexDtype::F16);
+    let rounded = full.to_dtype(infembed::IndexDtype::F16).unwrap();
     assert_eq!(loaded.ids, rounded.ids);
     assert!(
         loaded.embeddings() == rounded.embeddings(),
@@ -467,6 +467,18 @@ fn f16_index_and_a_file_of_queries_match_single_searches() {
             );
         }
     }
+
+    // A query id with whitespace cannot go in a TREC run: one line naming it and the file.
+    let spaced = dir.path().join("spaced.jsonl");
+    std::fs::write(&spaced, r#"{"id": "q 1", "text": "w3"}"#).unwrap();
+    let out = run(bin()
+        .args(["search", "--model"])
+        .arg(tiny_bert())
+        .arg("--index")
+        .arg(&half)
+        .arg("--queries")
+        .arg(&spaced));
+    assert_user_error(&out, &["\"q 1\"", "spaced.jsonl", "whitespace"]);
 
     // --queries and --json do not go together; --output needs --queries.
     let out = run(bin()

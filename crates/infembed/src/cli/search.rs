@@ -29,8 +29,9 @@ pub struct SearchArgs {
     /// The query.
     #[arg(long)]
     query: Option<String>,
-    /// The instruction that goes with the query (empty by default).
-    #[arg(long, default_value = "", requires = "query")]
+    /// The instruction that goes with the query (empty by default). With --queries, each query's
+    /// instruction comes from the file.
+    #[arg(long, default_value = "", conflicts_with = "queries")]
     instruction: String,
     /// A JSONL file of queries (`id` or `_id`, `text`, optional `instruction`), searched in one
     /// pass over the index; the hits are written as a TREC run (`qid Q0 doc rank score tag`).
@@ -130,23 +131,40 @@ fn search_many(
     let start = std::time::Instant::now();
     let hits = index.search_batch(&embedded.embeddings(), args.k)?;
     let seconds = start.elapsed().as_secs_f64();
-    let mut out: Box<dyn Write> = match &args.output {
-        Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path)
-                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?,
-        )),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
-    };
+    // A TREC run line is whitespace-separated: an id with whitespace cannot go in one.
+    let spaced = |id: &str| id.is_empty() || id.contains(char::is_whitespace);
+    if let Some(q) = records.iter().find(|r| spaced(&r.id)) {
+        anyhow::bail!(
+            "query id {:?} in {} holds whitespace, which a TREC run cannot hold",
+            q.id,
+            queries.display()
+        );
+    }
+    let mut run = String::new();
     for (query, hits) in records.iter().zip(&hits) {
         for h in hits {
-            writeln!(
-                out,
-                "{} Q0 {} {} {} infembed",
+            if spaced(&h.id) {
+                anyhow::bail!(
+                    "document id {:?} of {} holds whitespace, which a TREC run cannot hold",
+                    h.id,
+                    index.source_path().display()
+                );
+            }
+            run.push_str(&format!(
+                "{} Q0 {} {} {} infembed\n",
                 query.id, h.id, h.rank, h.score
-            )?;
+            ));
         }
     }
-    out.flush()?;
+    match &args.output {
+        Some(path) => infembed::data::write_atomic(path, run.as_bytes())
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(run.as_bytes())?;
+            out.flush()?;
+        }
+    }
     eprintln!(
         "searched {} queries over {} documents ({}, {}) in {seconds:.2} s",
         records.len(),
