@@ -170,13 +170,7 @@ impl EmbeddingIndex {
                 self.ids[i / self.dim]
             ));
         }
-        let mut seen = HashMap::with_capacity(self.ids.len());
-        for (row, id) in self.ids.iter().enumerate() {
-            if let Some(first) = seen.insert(id.as_str(), row) {
-                return Err(format!("id `{id}` appears in rows {first} and {row}"));
-            }
-        }
-        Ok(())
+        repeated_id(&self.ids).map_or(Ok(()), Err)
     }
 
     /// Number of documents `N`.
@@ -527,15 +521,9 @@ impl IndexWriter {
                 problem: "the embedding dimension is 0".into(),
             });
         }
-        let mut seen = HashMap::with_capacity(ids.len());
-        for (row, id) in ids.iter().enumerate() {
-            if let Some(first) = seen.insert(id.as_str(), row) {
-                return Err(Error::IndexShape {
-                    problem: format!("id `{id}` appears in rows {first} and {row}"),
-                });
-            }
+        if let Some(problem) = repeated_id(ids) {
+            return Err(Error::IndexShape { problem });
         }
-        drop(seen);
         let layout = IndexLayout::new(path, format, ids, dim, model, dtype)?;
         let werr = |source| Error::Write {
             path: path.to_path_buf(),
@@ -593,8 +581,8 @@ impl IndexWriter {
         // In blocks, so that saving a large index does not hold a second copy of it.
         const BLOCK: usize = 1 << 16;
         let mut bytes = Vec::with_capacity(len.min(BLOCK) * self.dtype.width());
-        let mut wide = vec![0f32; len.min(BLOCK)];
-        let mut narrow = vec![half::f16::ZERO; len.min(BLOCK)];
+        // Conversion buffers, sized by the one branch that needs each.
+        let (mut wide, mut narrow) = (Vec::new(), Vec::new());
         for a in (0..len).step_by(BLOCK) {
             let b = (a + BLOCK).min(len);
             bytes.clear();
@@ -606,9 +594,9 @@ impl IndexWriter {
                     bytes.extend(v[a..b].iter().flat_map(|x| x.to_bits().to_le_bytes()));
                 }
                 (Block::F32(v), IndexDtype::F16) => {
-                    let narrow = &mut narrow[..b - a];
+                    narrow.resize(b - a, half::f16::ZERO);
                     narrow.convert_from_f32_slice(&v[a..b]);
-                    if let Some(i) = crate::store::overflow(&v[a..b], narrow) {
+                    if let Some(i) = crate::store::overflow(&v[a..b], &narrow) {
                         let row = (self.written + a + i) / self.dim;
                         return Err(Error::IndexShape {
                             problem: format!(
@@ -621,8 +609,8 @@ impl IndexWriter {
                     bytes.extend(narrow.iter().flat_map(|x| x.to_bits().to_le_bytes()));
                 }
                 (block @ Block::F16(_), IndexDtype::F32) => {
-                    let wide = &mut wide[..b - a];
-                    block.copy_to_f32(a, b, wide);
+                    wide.resize(b - a, 0f32);
+                    block.copy_to_f32(a, b, &mut wide);
                     bytes.extend(wide.iter().flat_map(|x| x.to_le_bytes()));
                 }
             }
@@ -1090,6 +1078,15 @@ fn read_npy(
         dim,
         model: String::new(),
         source: None,
+    })
+}
+
+/// The first id of `ids` that repeats an earlier one, as the problem in words.
+fn repeated_id(ids: &[String]) -> Option<String> {
+    let mut seen = HashMap::with_capacity(ids.len());
+    ids.iter().enumerate().find_map(|(row, id)| {
+        seen.insert(id.as_str(), row)
+            .map(|first| format!("id `{id}` appears in rows {first} and {row}"))
     })
 }
 

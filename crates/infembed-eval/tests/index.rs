@@ -17,6 +17,20 @@ fn sample_index() -> EmbeddingIndex {
     EmbeddingIndex::new(ids, embeddings, dim, "models/some-model").unwrap()
 }
 
+/// A NumPy 1.0 file's bytes up to its data, written here from the format's description: magic,
+/// version, header length, then `dict` padded with spaces to end in a newline at a multiple of 64.
+fn npy_header(dict: &str) -> Vec<u8> {
+    let mut header = dict.to_string();
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes
+}
+
 fn le_f32s(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)
@@ -202,14 +216,7 @@ fn unknown_extensions_and_broken_files_are_typed_errors() {
 
     // float64 data is refused, not misread.
     let f64_npy = dir.path().join("f64.npy");
-    let mut header = "{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2), }".to_string();
-    while !(10 + header.len() + 1).is_multiple_of(64) {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
+    let mut bytes = npy_header("{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2), }");
     bytes.extend([0u8; 16]);
     std::fs::write(&f64_npy, bytes).unwrap();
     std::fs::write(ids_path(&f64_npy), "x\n").unwrap();
@@ -429,15 +436,8 @@ fn f16_files_hold_half_precision_values_and_load_mapped_or_read() {
 fn an_npy_shape_too_large_to_hold_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("huge.npy");
-    let mut header =
-        "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 2), }".to_string();
-    while !(10 + header.len() + 1).is_multiple_of(64) {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
+    let bytes =
+        npy_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 2), }");
     std::fs::write(&path, bytes).unwrap();
     std::fs::write(ids_path(&path), "x\n").unwrap();
     for result in [EmbeddingIndex::load(&path), EmbeddingIndex::open(&path)] {

@@ -33,6 +33,15 @@ fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("the infembed binary starts")
 }
 
+/// The run succeeded; otherwise fails with its stderr.
+fn assert_success(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The run failed with one stderr line that contains every one of `needles`, and no panic.
 fn assert_user_error(out: &Output, needles: &[&str]) {
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -180,11 +189,7 @@ fn embed_and_search_round_trip_with_minilm() {
             .arg(&corpus)
             .arg("--output")
             .arg(&output));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out);
         let index = EmbeddingIndex::load(&output).unwrap();
         assert_eq!(index.ids, want_ids);
         assert_eq!(index.dim, 384);
@@ -213,11 +218,7 @@ fn embed_and_search_round_trip_with_minilm() {
             .arg(&model)
             .args(source)
             .args(["--query", query, "-k", "4", "--json"]));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let hits = v["hits"].as_array().unwrap();
         assert_eq!(hits.len(), 4);
@@ -309,11 +310,7 @@ fn embed_killed_with_sigkill_resumes_to_the_same_file() {
 
     let reference = dir.path().join("reference.safetensors");
     let out = run(&mut embed(&reference));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let want = std::fs::read(&reference).unwrap();
 
     // Killed (SIGKILL) once a few of the 60 shards are on disk.
@@ -359,11 +356,7 @@ fn embed_tiny(input: &Path, output: &Path, dtype: &str) {
         .arg("--output")
         .arg(output)
         .args(["--index-dtype", dtype]));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
 }
 
 /// `embed --index-dtype f16` stores the f32 embeddings rounded to half precision, and
@@ -425,11 +418,7 @@ fn f16_index_and_a_file_of_queries_match_single_searches() {
         .arg(&qfile)
         .args(["-k", "7", "--output"])
         .arg(&run_file));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let trec = std::fs::read_to_string(&run_file).unwrap();
     let rows: Vec<Vec<&str>> = trec.lines().map(|l| l.split(' ').collect()).collect();
     assert_eq!(rows.len(), queries.len() * 7);
@@ -444,11 +433,7 @@ fn f16_index_and_a_file_of_queries_match_single_searches() {
             cmd.args(["--instruction", ins]);
         }
         let out = run(&mut cmd);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(&out);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let hits = v["hits"].as_array().unwrap();
         assert_eq!(hits.len(), 7);
@@ -546,11 +531,7 @@ fn eval_with_a_saved_index_equals_eval_that_embeds_the_corpus() {
         run(&mut cmd)
     };
     let report = |out: &Output| -> serde_json::Value {
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success(out);
         serde_json::from_slice(&out.stdout).unwrap()
     };
     let full = dir.path().join("corpus.safetensors");
@@ -631,11 +612,7 @@ fn eval_writes_p_mrr_per_query_and_per_document() {
         .arg("--json")
         .arg("--run-dir")
         .arg(&runs));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success(&out);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
 
     // Ranks in a written run: the line's position among the query's lines.
