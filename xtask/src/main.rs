@@ -427,6 +427,31 @@ fn examples(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The model directory's name-and-revision file (infembed-encoder's `MODEL_INFO_FILE`).
+const MODEL_INFO_FILE: &str = "infembed_model.json";
+
+/// Writes `infembed_model.json` for all-MiniLM-L6-v2: its hub name, and the revision
+/// infembed-encoder's `weights_revision` computes (`sha256:` + 16 hex digits of the SHA-256 of
+/// `model.safetensors\0` followed by the file), so that evaluations name the model as the hub
+/// does rather than by its folder.
+fn write_model_info(dir: &Path) -> Result<()> {
+    let weights = dir.join("model.safetensors");
+    let mut hasher = Sha256::new();
+    hasher.update(b"model.safetensors\0");
+    let mut file =
+        fs::File::open(&weights).with_context(|| format!("cannot open {}", weights.display()))?;
+    std::io::copy(&mut file, &mut hasher)?;
+    let hex: String = hasher.finalize()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let json = format!(
+        "{{\n  \"name\": \"sentence-transformers/all-MiniLM-L6-v2\",\n  \"revision\": \"sha256:{hex}\"\n}}\n"
+    );
+    fs::write(dir.join(MODEL_INFO_FILE), json)?;
+    Ok(())
+}
+
 fn sha256_file(path: &Path) -> Result<String> {
     let mut file =
         fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
@@ -450,6 +475,9 @@ fn fetch_model(dest: &Path, force: bool) -> Result<()> {
     let weights = dest.join("model.safetensors");
     if !force && weights.is_file() && sha256_file(&weights)? == MINILM_WEIGHTS_SHA256 {
         eprintln!("xtask: {} already holds verified weights", dest.display());
+        if !dest.join(MODEL_INFO_FILE).is_file() {
+            write_model_info(dest)?;
+        }
         return Ok(());
     }
     let download = dest.with_extension("download");
@@ -519,6 +547,7 @@ fn fetch_model(dest: &Path, force: bool) -> Result<()> {
             "checksum mismatch for model.safetensors: expected {MINILM_WEIGHTS_SHA256}, got {got}"
         );
     }
+    write_model_info(&staging)?;
     if dest.exists() {
         fs::remove_dir_all(dest)?;
     }

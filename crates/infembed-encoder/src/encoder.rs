@@ -352,6 +352,7 @@ impl Embedder<'_> {
             // Training: one pass after another, so dropout draws stay in a fixed order.
             parts.extend(chunks.iter().map(|c| forward(c)));
         } else {
+            let mut progress = EncodeProgress::new(n);
             // Inference: two batches in flight. The CPU backend runs element-wise ops on
             // the calling thread and matrix products on all threads, so a second batch
             // fills the core the first leaves idle.
@@ -364,6 +365,7 @@ impl Embedder<'_> {
                     }
                     _ => parts.extend(pair.iter().map(|c| forward(c))),
                 }
+                progress.advance(pair.iter().map(|c| c.len()).sum());
             }
         }
         let sorted = if parts.len() == 1 {
@@ -378,5 +380,47 @@ impl Embedder<'_> {
         }
         let inverse = Tensor::<1, Int>::from_data(TensorData::new(inverse, [n]), self.device);
         Ok((sorted.select(0, inverse), batch.truncated))
+    }
+}
+
+/// Progress of a long encoding pass, logged (`info`) at most every [`EncodeProgress::EVERY`]
+/// with the rate and the time left; short passes log nothing.
+struct EncodeProgress {
+    total: usize,
+    done: usize,
+    start: std::time::Instant,
+    last: std::time::Instant,
+}
+
+impl EncodeProgress {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+    fn new(total: usize) -> Self {
+        let now = std::time::Instant::now();
+        Self {
+            total,
+            done: 0,
+            start: now,
+            last: now,
+        }
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.done += n;
+        let now = std::time::Instant::now();
+        if now - self.last < Self::EVERY || self.done >= self.total {
+            return;
+        }
+        self.last = now;
+        let secs = (now - self.start).as_secs_f64();
+        let rate = self.done as f64 / secs.max(1e-9);
+        let left = (self.total - self.done) as f64 / rate.max(1e-9);
+        log::info!(
+            "encoded {}/{} texts ({:.0}/s, about {:.0} s left)",
+            self.done,
+            self.total,
+            rate,
+            left
+        );
     }
 }

@@ -40,6 +40,7 @@
 
 // The three wings: `models` (the backbones and their inputs), `ops` (the operations the
 // models call, the one place that branches on the backend) and `cpu` (the `flex` kernels).
+mod card;
 mod config;
 mod cpu;
 mod device;
@@ -55,6 +56,7 @@ mod save;
 mod tokenize;
 mod weights;
 
+pub use card::{BaseModel, MODEL_INFO_FILE, ModelInfo, NameSource, weights_revision};
 pub use config::{DenseActivation, SentenceTransformersConfig, Similarity, StDense, StDenseConfig};
 pub use device::{DeviceListing, DeviceSpec, Precision, list_devices, missing_backends};
 pub use dual::{

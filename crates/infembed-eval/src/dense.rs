@@ -22,6 +22,8 @@ pub struct EncoderRetriever {
     corpus: Option<Tensor<2>>,
     /// Precomputed passage embeddings, looked up by id instead of encoding the corpus.
     precomputed: Option<EmbeddingIndex>,
+    /// Documents per block of [`Retriever::score_blocks`] ([`CORPUS_BLOCK`]; smaller in tests).
+    block: usize,
 }
 
 impl std::fmt::Debug for EncoderRetriever {
@@ -40,6 +42,7 @@ impl EncoderRetriever {
             name: name.into(),
             corpus: None,
             precomputed: None,
+            block: CORPUS_BLOCK,
         }
     }
 
@@ -137,5 +140,98 @@ impl Retriever for EncoderRetriever {
             .collect();
         let q = self.encoder.encode_queries(&pairs)?.embeddings;
         Ok(tensor_rows(q.matmul(corpus.clone().transpose()))?)
+    }
+
+    /// The scores of blocks of [`CORPUS_BLOCK`] documents, each one matrix product on the
+    /// device: at most `queries x CORPUS_BLOCK` scores come to the host at once. A corpus of
+    /// one block is scored exactly as [`Retriever::score`] scores it.
+    fn score_blocks(
+        &mut self,
+        queries: &[QueryRequest],
+        visit: &mut dyn FnMut(usize, Vec<Vec<f32>>) -> Result<()>,
+    ) -> Result<()> {
+        let corpus = self.corpus.as_ref().ok_or_else(|| Error::Empty {
+            what: "the dense index (score called before index)".to_string(),
+        })?;
+        if queries.is_empty() {
+            return Ok(());
+        }
+        let n = corpus.dims()[0];
+        if n <= self.block {
+            return visit(0, self.score(queries)?);
+        }
+        let pairs: Vec<(&str, &str)> = queries
+            .iter()
+            .map(|q| (q.instruction.as_deref().unwrap_or(""), q.query.as_str()))
+            .collect();
+        let q = self.encoder.encode_queries(&pairs)?.embeddings;
+        let mut first = 0;
+        while first < n {
+            let end = (first + self.block).min(n);
+            let block = corpus.clone().narrow(0, first, end - first);
+            visit(first, tensor_rows(q.clone().matmul(block.transpose()))?)?;
+            first = end;
+        }
+        Ok(())
+    }
+}
+
+/// Documents per block when [`EncoderRetriever`] scores a large corpus block by block
+/// ([`Retriever::score_blocks`]): 64 queries x 32,768 documents are 8 MiB of scores.
+pub const CORPUS_BLOCK: usize = 32_768;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retrieve::{Depth, run_queries};
+    use infembed_metrics::TieBreak;
+
+    /// Blocks of 7 documents give the run that one block gives: the same documents, the same
+    /// scores, bit for bit.
+    #[test]
+    fn scoring_in_blocks_gives_the_run_of_one_block() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../infembed-encoder/tests/fixtures/tiny-bert");
+        let encoder =
+            DualEncoder::from_dir(&dir, EncoderConfig::default(), &Device::flex()).unwrap();
+        let texts: Vec<String> = (0..30)
+            .map(|i| format!("passage {i} about topic {} and {}", i % 4, i % 3))
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let ids: Vec<String> = (0..30).map(|i| format!("d{i:02}")).collect();
+        let queries: Vec<QueryRequest> = (0..5)
+            .map(|i| QueryRequest {
+                id: format!("q{i}"),
+                query: format!("topic {i}"),
+                instruction: Some("find passages".into()),
+            })
+            .collect();
+        let run = |block: usize| {
+            let mut r = EncoderRetriever::new(encoder.clone(), "tiny");
+            r.block = block;
+            r.index(&refs).unwrap();
+            run_queries(
+                &mut r,
+                &ids,
+                &queries,
+                Depth::TopK(6),
+                None,
+                TieBreak::TrecEval,
+            )
+            .unwrap()
+        };
+        let (one, blocks) = (run(usize::MAX), run(7));
+        for q in &queries {
+            let list = |r: &infembed_metrics::Run| -> Vec<(String, u64)> {
+                r.query(&q.id)
+                    .unwrap()
+                    .ranking(TieBreak::TrecEval)
+                    .iter()
+                    .map(|d| (d.doc.to_string(), d.score.to_bits()))
+                    .collect()
+            };
+            assert_eq!(list(&one).len(), 6);
+            assert_eq!(list(&one), list(&blocks), "{}", q.id);
+        }
     }
 }

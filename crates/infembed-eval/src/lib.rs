@@ -32,6 +32,7 @@ mod index;
 mod lexical;
 mod load;
 mod mmap;
+mod results;
 mod retrieve;
 mod scan;
 mod stem;
@@ -39,7 +40,7 @@ mod store;
 mod stream;
 mod topk;
 
-pub use dense::EncoderRetriever;
+pub use dense::{CORPUS_BLOCK, EncoderRetriever};
 pub use embed::{
     EMBED_CHUNK, Side, TextRecord, embed_passages, embed_queries, embed_records, read_texts, search,
 };
@@ -54,6 +55,7 @@ pub use index::{
 };
 pub use lexical::{Bm25Config, Bm25Index, Stemmer, StopWords, tokenize};
 pub use load::{ENCODER_CONFIG_FILE, load_encoder, load_heldout, model_name};
+pub use results::{EvalResults, EvaluatedModel};
 pub use retrieve::{Bm25Retriever, Depth, QUERY_BATCH, QueryRequest, Retriever, run_queries};
 pub use stem::porter_stem;
 pub use store::IndexDtype;

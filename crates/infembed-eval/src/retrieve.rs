@@ -8,6 +8,7 @@ use infembed_data::QueryTemplate;
 
 use crate::error::{Error, Result};
 use crate::lexical::{Bm25Config, Bm25Index, Stemmer, StopWords};
+use crate::scan::Running;
 use crate::topk::top_k;
 
 /// One query as a retriever sees it: the bare query and, separately, its instruction. How the two
@@ -43,6 +44,19 @@ pub trait Retriever {
     }
     /// Scores each query against every indexed document: one vector of corpus length per query.
     fn score(&mut self, queries: &[QueryRequest]) -> Result<Vec<Vec<f32>>>;
+    /// Scores each query against the indexed documents block by block: `visit(first, rows)` gets
+    /// the scores of documents `first..first + len` (one row of `len` scores per query), blocks
+    /// in corpus order and covering it. The harness uses this when it keeps only the top of each
+    /// ranking, so that no `[queries x corpus]` matrix has to exist at once; the default hands
+    /// over [`Retriever::score`]'s rows as one block.
+    fn score_blocks(
+        &mut self,
+        queries: &[QueryRequest],
+        visit: &mut dyn FnMut(usize, Vec<Vec<f32>>) -> Result<()>,
+    ) -> Result<()> {
+        let rows = self.score(queries)?;
+        visit(0, rows)
+    }
 }
 
 /// How many queries the harness hands a [`Retriever`] at once.
@@ -134,6 +148,22 @@ pub fn run_queries(
     let mut run = Run::new();
     run.set_tag(retriever.name());
     for chunk in queries.chunks(QUERY_BATCH) {
+        let reranked = candidates.is_some_and(|c| chunk.iter().any(|q| c.contains_key(&q.id)));
+        if let Depth::TopK(k) = depth
+            && k > 0
+            && !reranked
+        {
+            for (request, entries) in chunk
+                .iter()
+                .zip(top_in_blocks(retriever, doc_ids, chunk, k, tie)?)
+            {
+                run.insert_query(
+                    request.id.clone(),
+                    entries.iter().map(|&(i, s)| (&doc_ids[i], s)),
+                )?;
+            }
+            continue;
+        }
         let scores = retriever.score(chunk)?;
         if scores.len() != chunk.len() {
             return Err(Error::ScoreRows {
@@ -187,6 +217,62 @@ pub fn run_queries(
         }
     }
     Ok(run)
+}
+
+/// The best `k` documents of each query of `chunk` (exactly the head of the full ranking under
+/// `tie`), kept while the retriever hands over its scores block by block.
+fn top_in_blocks(
+    retriever: &mut dyn Retriever,
+    doc_ids: &[String],
+    chunk: &[QueryRequest],
+    k: usize,
+    tie: TieBreak,
+) -> Result<Vec<Vec<(usize, f64)>>> {
+    let name = retriever.name();
+    let mut running: Vec<Running> = chunk.iter().map(|_| Running::new()).collect();
+    let mut next = 0usize;
+    retriever.score_blocks(chunk, &mut |first, rows| {
+        if rows.len() != chunk.len() {
+            return Err(Error::ScoreRows {
+                retriever: name.clone(),
+                expected: chunk.len(),
+                got: rows.len(),
+            });
+        }
+        for (qi, row) in rows.iter().enumerate() {
+            // Blocks must tile the corpus in order: anything else is a wrong-length row.
+            if first != next || first + row.len() > doc_ids.len() {
+                return Err(Error::ScoreShape {
+                    retriever: name.clone(),
+                    query: qi,
+                    expected: doc_ids.len(),
+                    got: first + row.len(),
+                });
+            }
+            if let Some(j) = row.iter().position(|s| s.is_nan()) {
+                return Err(Error::NanScore {
+                    retriever: name.clone(),
+                    query: chunk[qi].id.clone(),
+                    doc: doc_ids[first + j].clone(),
+                });
+            }
+            running[qi].offer(first, row, k, doc_ids, tie);
+        }
+        next = first + rows.first().map_or(0, Vec::len);
+        Ok(())
+    })?;
+    if next != doc_ids.len() {
+        return Err(Error::ScoreShape {
+            retriever: name,
+            query: 0,
+            expected: doc_ids.len(),
+            got: next,
+        });
+    }
+    Ok(running
+        .into_iter()
+        .map(|r| r.finish(k, doc_ids, tie))
+        .collect())
 }
 
 #[cfg(test)]
@@ -333,5 +419,115 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, Error::NanScore { .. }), "{err}");
+    }
+
+    /// [`Table`] handing its scores over in blocks of `.1` documents (`.2` shifts the second
+    /// block's start, to test the tiling check).
+    struct Blocks(Vec<Vec<f32>>, usize, usize);
+
+    impl Retriever for Blocks {
+        fn name(&self) -> String {
+            "blocks".into()
+        }
+        fn index(&mut self, _: &[&str]) -> Result<()> {
+            Ok(())
+        }
+        fn score(&mut self, queries: &[QueryRequest]) -> Result<Vec<Vec<f32>>> {
+            Table(self.0.clone()).score(queries)
+        }
+        fn score_blocks(
+            &mut self,
+            queries: &[QueryRequest],
+            visit: &mut dyn FnMut(usize, Vec<Vec<f32>>) -> Result<()>,
+        ) -> Result<()> {
+            let rows = self.score(queries)?;
+            let n = rows[0].len();
+            let mut first = 0;
+            while first < n {
+                let end = (first + self.1).min(n);
+                let at = if first > 0 { first + self.2 } else { first };
+                visit(at, rows.iter().map(|r| r[first..end].to_vec()).collect())?;
+                first = end;
+            }
+            Ok(())
+        }
+    }
+
+    use proptest::strategy::Strategy;
+
+    proptest::proptest! {
+        /// Scores handed over in blocks give exactly the run of the whole rows: the same
+        /// documents with the same scores, ties included (scores from a small set, so many tie).
+        #[test]
+        fn blocks_give_the_run_of_whole_rows(
+            rows in (1usize..40).prop_flat_map(|n| {
+                proptest::collection::vec(proptest::collection::vec(0u8..6, n), 1..4)
+            }),
+            block in 1usize..9,
+            k in 1usize..12,
+            trec in proptest::bool::ANY,
+        ) {
+            let tie = if trec { TieBreak::TrecEval } else { TieBreak::DocIdDescending };
+            let scores: Vec<Vec<f32>> =
+                rows.iter().map(|r| r.iter().map(|&v| f32::from(v) / 4.0).collect()).collect();
+            let docs = ids(scores[0].len());
+            let queries: Vec<QueryRequest> = (0..scores.len())
+                .map(|i| QueryRequest { id: format!("q{i}"), query: i.to_string(), instruction: None })
+                .collect();
+            let whole = {
+                // The reference: every score, then the one top-k routine.
+                let mut run = Run::new();
+                for (q, row) in queries.iter().zip(&scores) {
+                    let entries = top_k(
+                        row.iter().enumerate().map(|(i, &s)| (i, f64::from(s))).collect(),
+                        &docs,
+                        k,
+                        tie,
+                    );
+                    run.insert_query(q.id.clone(), entries.iter().map(|&(i, s)| (&docs[i], s))).unwrap();
+                }
+                run
+            };
+            let blocked = run_queries(&mut Blocks(scores.clone(), block, 0), &docs, &queries, Depth::TopK(k), None, tie).unwrap();
+            for q in &queries {
+                let a: Vec<(String, f64)> = whole.query(&q.id).unwrap().ranking(tie).iter().map(|r| (r.doc.to_string(), r.score)).collect();
+                let b: Vec<(String, f64)> = blocked.query(&q.id).unwrap().ranking(tie).iter().map(|r| (r.doc.to_string(), r.score)).collect();
+                proptest::prop_assert_eq!(a, b);
+            }
+        }
+    }
+
+    #[test]
+    fn blocks_that_skip_or_hold_nan_are_errors() {
+        let q = vec![QueryRequest {
+            id: "q".into(),
+            query: "0".into(),
+            instruction: None,
+        }];
+        let mut scores = vec![(0..10).map(|i| i as f32).collect::<Vec<f32>>()];
+        let err = run_queries(
+            &mut Blocks(scores.clone(), 4, 1),
+            &ids(10),
+            &q,
+            Depth::TopK(3),
+            None,
+            TieBreak::TrecEval,
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::ScoreShape { .. }), "{err}");
+        scores[0][7] = f32::NAN;
+        let err = run_queries(
+            &mut Blocks(scores, 4, 0),
+            &ids(10),
+            &q,
+            Depth::TopK(3),
+            None,
+            TieBreak::TrecEval,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, Error::NanScore { doc, .. } if doc == "d7"),
+            "{err}"
+        );
     }
 }

@@ -311,7 +311,7 @@ pub(crate) struct Running {
 }
 
 impl Running {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             candidates: Vec::new(),
             threshold: f32::NEG_INFINITY,
@@ -320,7 +320,14 @@ impl Running {
 
     /// Offers the scores of rows `base..base + scores.len()`.
     #[inline(always)]
-    fn offer(&mut self, base: usize, scores: &[f32], k: usize, ids: &[String], tie: TieBreak) {
+    pub(crate) fn offer(
+        &mut self,
+        base: usize,
+        scores: &[f32],
+        k: usize,
+        ids: &[String],
+        tie: TieBreak,
+    ) {
         const LANES: usize = 16;
         let (blocks, rest) = as_arrays::<LANES, f32>(scores);
         for (c, block) in blocks.iter().enumerate() {
@@ -361,7 +368,7 @@ impl Running {
     }
 
     /// The best `k`, best first.
-    fn finish(self, k: usize, ids: &[String], tie: TieBreak) -> Vec<(usize, f64)> {
+    pub(crate) fn finish(self, k: usize, ids: &[String], tie: TieBreak) -> Vec<(usize, f64)> {
         top_k(self.candidates, ids, k, tie)
     }
 }

@@ -33,6 +33,20 @@ pub struct HistoryEntry {
     pub metrics: Vec<(String, f64)>,
 }
 
+/// One optimizer step of the run (a line of `history.jsonl`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct StepRecord {
+    /// Optimizer steps done after this one (1-based).
+    pub step: usize,
+    /// The epoch it belongs to (0-based).
+    pub epoch: usize,
+    /// Its loss (the mean over its accumulated batches).
+    pub loss: f64,
+    /// The learning rate it applied.
+    pub lr: f64,
+}
+
 /// Everything besides the tensors that a resumed run needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -49,6 +63,9 @@ pub struct TrainState {
     pub total_steps: usize,
     /// Loss and metric history so far.
     pub history: Vec<HistoryEntry>,
+    /// Every optimizer step so far (absent from checkpoints written before it was kept).
+    #[serde(default)]
+    pub steps: Vec<StepRecord>,
     /// The training config as JSON, to refuse resuming under another config.
     pub config: serde_json::Value,
 }
@@ -207,6 +224,7 @@ mod tests {
             seed: 1,
             total_steps: 10,
             history: vec![],
+            steps: vec![],
             config: serde_json::json!({"seed": 1}),
         }
     }

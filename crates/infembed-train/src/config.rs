@@ -20,8 +20,12 @@ pub struct TrainConfig {
     /// The backbone: a local Hugging Face / sentence-transformers model directory.
     pub model: PathBuf,
     /// Where checkpoints (`checkpoints/`), the final model (`final/`), the history
-    /// (`history.json`) and its chart (`training.svg`) go.
+    /// (`history.json`, `history.jsonl`) and its chart (`training.svg`, `training.png`) go.
     pub output_dir: PathBuf,
+    /// The trained model's name in its `infembed_model.json` (what evaluations and result
+    /// files call it); by default the base model's name + `-infembed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Seed of every random choice (data order, instruction negatives).
     #[serde(default = "default_seed")]
     pub seed: u64,
@@ -283,6 +287,7 @@ impl TrainConfig {
         Self {
             model: model.into(),
             output_dir: output_dir.into(),
+            name: None,
             seed: default_seed(),
             epochs: default_epochs(),
             max_steps: None,

@@ -54,6 +54,14 @@ pub enum Error {
     /// The loss rejected its config or its inputs.
     #[error(transparent)]
     Loss(#[from] infembed_losses::Error),
+    /// A chart could not be drawn.
+    #[error("drawing {what}: {message}")]
+    Chart {
+        /// Which chart.
+        what: String,
+        /// The drawing library's message.
+        message: String,
+    },
     /// A filesystem operation failed.
     #[error("{path}: {source}")]
     Io {

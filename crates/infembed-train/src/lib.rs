@@ -22,9 +22,11 @@
 //!    swapped, its tokenizer and settings are shared.
 //! 5. The development set is evaluated through a [`DevEvaluator`] (the facade crate's
 //!    FollowIR harness), checkpoints (`<output_dir>/checkpoints/step-N/`) are written
-//!    atomically and resume bit-identically ([`Trainer::resume`]), and the end of the run
-//!    saves a sentence-transformers directory (`final/`), the history (`history.json`) and an
-//!    SVG chart (`training.svg`).
+//!    atomically and resume bit-identically ([`Trainer::resume`]); each step is logged to
+//!    `history.jsonl` ([`STEP_LOG`]) and each evaluation redraws the chart (`training.svg` and
+//!    `training.png`, [`training_chart`]) and rewrites `history.json`; the end of the run saves
+//!    a sentence-transformers directory (`final/`) with `infembed_model.json` (its name,
+//!    revision and base model).
 //!
 //! [`Trainer`] is the driver; the step functions and the optimizer helpers are public for
 //! loops of one's own. Diagnostics go to the [`log`](https://docs.rs/log) facade; progress
@@ -46,13 +48,16 @@ mod step;
 mod trainer;
 
 pub use batch::TrainBatch;
-pub use checkpoint::{HistoryEntry, TrainState};
+pub use checkpoint::{HistoryEntry, StepRecord, TrainState};
 pub use config::{
     BatchConfig, CheckpointConfig, DataConfig, EvalSchedule, OptimizerConfig, Schedule, TrainConfig,
 };
 pub use error::{DashboardProblem, Error, Result};
 pub use negatives::instruction_negatives_per_row;
 pub use optim::{adamw, clip_global_norm, global_norm, learning_rate, warmup_steps};
+pub use plot::{Chart, EvalSeries, evaluation_chart, training_chart};
 pub use progress::ProgressMode;
 pub use step::{StepGrads, full_batch_step, grad_cache_step, multi_device_step};
-pub use trainer::{DevEvaluator, TrainSummary, Trainer, describe, steps_per_epoch};
+pub use trainer::{
+    CHART_STEM, DevEvaluator, STEP_LOG, TrainSummary, Trainer, describe, steps_per_epoch,
+};

@@ -16,16 +16,62 @@ use burn::optim::{GradientsAccumulator, ModuleOptimizer};
 use burn::store::ModuleRecord;
 use burn::tensor::{Bytes, Device};
 use infembed_data::{InfIrRecord, ReadMode, read_records};
-use infembed_encoder::{DualEncoder, DualEncoderModel, Interaction};
+use infembed_encoder::{DualEncoder, DualEncoderModel, Interaction, ModelInfo, weights_revision};
 use infembed_losses::{ContrastiveLoss, Variable};
 
 use crate::batch::{TrainBatch, epoch_batches};
-use crate::checkpoint::{self, HistoryEntry, TrainState};
+use crate::checkpoint::{self, HistoryEntry, StepRecord, TrainState};
 use crate::config::TrainConfig;
 use crate::error::{Error, Result};
 use crate::optim::{adamw, clip_global_norm, learning_rate};
 use crate::progress::{self, ProgressMode, ProgressSink, RunInfo, StepInfo};
 use crate::step::{full_batch_step, multi_device_step};
+
+/// The per-step log in the output directory: one JSON object per line, `{"step", "epoch",
+/// "loss", "lr"}` for each optimizer step and `{"step", "metrics": {...}}` after each
+/// evaluation of the development set.
+pub const STEP_LOG: &str = "history.jsonl";
+/// The training chart's file stem in the output directory (`training.svg`, `training.png`).
+pub const CHART_STEM: &str = "training";
+
+fn log_line_step(r: &StepRecord) -> String {
+    // Field order as written: step first.
+    #[derive(serde::Serialize)]
+    struct Line {
+        step: usize,
+        epoch: usize,
+        loss: f64,
+        lr: f64,
+    }
+    let line = Line {
+        step: r.step,
+        epoch: r.epoch,
+        loss: r.loss,
+        lr: r.lr,
+    };
+    let mut text = serde_json::to_string(&line).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+fn log_line_eval(e: &HistoryEntry) -> String {
+    #[derive(serde::Serialize)]
+    struct Line {
+        step: usize,
+        metrics: serde_json::Map<String, serde_json::Value>,
+    }
+    let line = Line {
+        step: e.step,
+        metrics: e
+            .metrics
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+            .collect(),
+    };
+    let mut text = serde_json::to_string(&line).unwrap_or_default();
+    text.push('\n');
+    text
+}
 
 /// Evaluates the model on development data during training.
 pub trait DevEvaluator {
@@ -202,6 +248,7 @@ impl Trainer {
             seed: config.seed,
             total_steps: total,
             history: Vec::new(),
+            steps: Vec::new(),
             config: config_json.clone(),
         };
         Ok(Self {
@@ -404,14 +451,59 @@ impl Trainer {
             None => Vec::new(),
         };
         if loss.is_some() || !metrics.is_empty() {
-            self.state.history.push(HistoryEntry {
+            let entry = HistoryEntry {
                 step,
                 loss,
                 lr,
                 metrics,
-            });
+            };
+            if !entry.metrics.is_empty() {
+                self.append_log(&log_line_eval(&entry))?;
+            }
+            self.state.history.push(entry);
         }
-        Ok(())
+        self.write_history()
+    }
+
+    /// `<output_dir>/history.jsonl`: one line per optimizer step, one per evaluation.
+    fn log_path(&self) -> PathBuf {
+        self.config.output_dir.join(STEP_LOG)
+    }
+
+    /// Appends one line to the step log.
+    fn append_log(&self, line: &str) -> Result<()> {
+        use std::io::Write;
+        let path = self.log_path();
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        file.write_all(line.as_bytes())
+            .map_err(|e| Error::io(&path, e))
+    }
+
+    /// Rewrites the step log from the state: at the start of a run, and on resuming, where lines
+    /// written after the checkpoint (by a run that was killed) are dropped with the steps they
+    /// describe.
+    fn rewrite_log(&self) -> Result<()> {
+        let mut text = String::new();
+        let mut evals = self
+            .state
+            .history
+            .iter()
+            .filter(|h| !h.metrics.is_empty())
+            .peekable();
+        for record in &self.state.steps {
+            while let Some(e) = evals.next_if(|e| e.step < record.step) {
+                text.push_str(&log_line_eval(e));
+            }
+            text.push_str(&log_line_step(record));
+        }
+        for e in evals {
+            text.push_str(&log_line_eval(e));
+        }
+        checkpoint::write_atomic(&self.log_path(), text.as_bytes())
     }
 
     /// Runs to the end (all epochs, or `max_steps`), evaluating and checkpointing as
@@ -447,6 +539,9 @@ impl Trainer {
         let n = self.records.len();
         let per_epoch = steps_per_epoch(&self.config, n);
         let rows_per_batch = 3 * self.config.batch.records;
+        std::fs::create_dir_all(&self.config.output_dir)
+            .map_err(|e| Error::io(&self.config.output_dir, e))?;
+        self.rewrite_log()?;
         if self.state.step == 0 && self.config.eval.at_start && self.evaluator.is_some() {
             self.evaluate(None, None)?;
         }
@@ -500,6 +595,14 @@ impl Trainer {
                 self.state.step += 1;
                 self.state.step_in_epoch += 1;
                 let done = self.state.step;
+                let record = StepRecord {
+                    step: done,
+                    epoch,
+                    loss: f64::from(loss),
+                    lr,
+                };
+                self.append_log(&log_line_step(&record))?;
+                self.state.steps.push(record);
                 let secs = started.elapsed().as_secs_f64();
                 let info = StepInfo {
                     done,
@@ -568,9 +671,9 @@ impl Trainer {
         if !stopped {
             let dir = self.config.output_dir.join("final");
             self.encoder().save(&dir)?;
+            self.write_model_info(&dir)?;
             self.log(&format!("saved the trained model to {}", dir.display()));
             final_dir = Some(dir);
-            self.write_history()?;
         }
         Ok(TrainSummary {
             steps: self.state.step,
@@ -581,13 +684,30 @@ impl Trainer {
         })
     }
 
+    /// `infembed_model.json` of the trained model: its name (the config's `name`, else the
+    /// base model's + `-infembed`), the revision of the weights just written, and the base.
+    fn write_model_info(&self, dir: &Path) -> Result<()> {
+        let base = ModelInfo::of_dir(&self.config.model)?;
+        let name = self
+            .config
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{}-infembed", base.name));
+        ModelInfo::new(name, weights_revision(dir)?)
+            .with_base(&base)
+            .with_trained_with(concat!("infembed ", env!("CARGO_PKG_VERSION")))
+            .write(dir)?;
+        Ok(())
+    }
+
     fn write_history(&self) -> Result<()> {
         let path = self.config.output_dir.join("history.json");
         let json = serde_json::to_vec_pretty(&self.state.history)
             .map_err(|e| Error::checkpoint(&path, format!("history does not serialize: {e}")))?;
         checkpoint::write_atomic(&path, &json)?;
-        let svg = crate::plot::history_svg(&self.state.history);
-        checkpoint::write_atomic(&self.config.output_dir.join("training.svg"), svg.as_bytes())
+        crate::plot::training_chart(&self.state.steps, &self.state.history)?
+            .write(&self.config.output_dir.join(CHART_STEM))?;
+        Ok(())
     }
 
     /// One optimizer step over `group` (one or more batches of record indices). Returns the

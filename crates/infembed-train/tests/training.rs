@@ -296,7 +296,44 @@ fn same_seed_same_weights_other_seed_other_weights() {
     assert!(final_dir.join("model.safetensors").is_file());
     assert_eq!(sa.history.iter().filter(|h| h.loss.is_some()).count(), 2);
     assert!(dir.path().join("a/history.json").is_file());
+    // The chart, as SVG and as a PNG image.
     assert!(dir.path().join("a/training.svg").is_file());
+    let png = std::fs::read(dir.path().join("a/training.png")).unwrap();
+    let info = png::Decoder::new(std::io::Cursor::new(&png))
+        .read_info()
+        .unwrap();
+    assert!(info.info().width >= 1000 && info.info().height >= 300);
+    // history.jsonl: one line per step (1..=6) in order, and the mean of each window of step
+    // losses is the history's loss for that evaluation (3 steps per epoch, evaluated at each
+    // epoch's end).
+    let steps = step_log(&dir.path().join("a"));
+    assert_eq!(
+        steps.iter().map(|s| s.0).collect::<Vec<_>>(),
+        (1..=6).collect::<Vec<_>>()
+    );
+    let losses: Vec<f64> = sa.history.iter().filter_map(|h| h.loss).collect();
+    for (window, expected) in steps.chunks(3).zip(&losses) {
+        let mean = window.iter().map(|s| s.1).sum::<f64>() / 3.0;
+        assert!((mean - expected).abs() < 1e-12, "{mean} vs {expected}");
+    }
+    assert!(steps.iter().all(|s| s.1.is_finite() && s.2 >= 0.0));
+}
+
+/// The steps of `<out>/history.jsonl`: (step, loss, lr), in file order.
+fn step_log(out: &Path) -> Vec<(usize, f64, f64)> {
+    std::fs::read_to_string(out.join("history.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("loss").is_some())
+        .map(|v| {
+            (
+                v["step"].as_u64().unwrap() as usize,
+                v["loss"].as_f64().unwrap(),
+                v["lr"].as_f64().unwrap(),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -344,6 +381,7 @@ fn resume_matches(stops: &[usize]) {
         let s = first.run_until(Some(stop)).unwrap();
         assert!(s.final_dir.is_none());
         drop(first);
+        assert_eq!(step_log(&dir.path().join(&name)).len(), stop);
         let mut second = Trainer::new(config(dir.path(), &name), &Device::flex())
             .unwrap()
             .quiet(true);
@@ -353,6 +391,10 @@ fn resume_matches(stops: &[usize]) {
         assert_eq!(second.state().step, stop / 2 * 2);
         second.run().unwrap();
         assert_eq!(weights_of(second.model()), whole, "stop after {stop}");
+        // The steps redone after the checkpoint replace the killed run's lines: the log is the
+        // uninterrupted run's, byte for byte.
+        let log = |d: &str| std::fs::read(dir.path().join(d).join("history.jsonl")).unwrap();
+        assert_eq!(log(&name), log("whole"), "stop after {stop}");
     }
 }
 

@@ -44,10 +44,11 @@ pub use burn::tensor::Device;
 pub use error::{Error, Result};
 pub use infembed_encoder::{DeviceListing, DeviceSpec, Precision, list_devices, missing_backends};
 pub use infembed_eval::{
-    Bm25Config, Bm25Retriever, Depth, EmbeddingIndex, EncoderRetriever, EvalConfig,
-    FollowIrOutcome, FollowIrReport, IndexDtype, IndexFormat, IndexWriter, QUERY_BATCH,
-    QueryRequest, RetrievalOutcome, RetrievalReport, Retriever, SearchHit, Side, Stemmer,
-    StopWords, TextRecord, embed_passages, embed_queries, embed_records, evaluate_followir,
-    evaluate_retrieval, load_encoder, load_heldout, read_texts, run_queries, search,
+    Bm25Config, Bm25Retriever, Depth, EmbeddingIndex, EncoderRetriever, EvalConfig, EvalResults,
+    EvaluatedModel, FollowIrOutcome, FollowIrReport, IndexDtype, IndexFormat, IndexWriter,
+    QUERY_BATCH, QueryRequest, RetrievalOutcome, RetrievalReport, Retriever, SearchHit, Side,
+    Stemmer, StopWords, TextRecord, embed_passages, embed_queries, embed_records,
+    evaluate_followir, evaluate_retrieval, load_encoder, load_heldout, read_texts, run_queries,
+    search,
 };
-pub use training::{FollowIrDevEvaluator, open_devices, retrieval_report, train};
+pub use training::{FollowIrDevEvaluator, eval_series, open_devices, retrieval_report, train};

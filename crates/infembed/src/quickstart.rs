@@ -49,8 +49,12 @@ pub struct QuickstartReport {
     pub skipped: Option<String>,
     /// The trained model.
     pub model_dir: Option<PathBuf>,
-    /// The SVG chart of loss and dev metrics.
+    /// The chart of loss, learning rate and dev metrics (`training.svg`; `training.png`
+    /// beside it).
     pub plot: PathBuf,
+    /// The chart of dev p-MRR per query and the changed documents' ranks, zero-shot against
+    /// fine-tuned (`evaluation.svg`; `evaluation.png` beside it).
+    pub evaluation_plot: PathBuf,
 }
 
 impl QuickstartReport {
@@ -149,6 +153,23 @@ pub fn run(
         .progress(ProgressMode::Plain);
     let summary = trainer.run()?;
     let trained = trainer.encoder();
+    // The evaluation chart: the first and the last dev evaluations again, in detail (the same
+    // figures as the history's: evaluation is deterministic).
+    let evaluation_plot = config.output_dir.join("evaluation");
+    {
+        let detail = FollowIrDevEvaluator::from_files(&dev, config.data.distractors.as_deref())?;
+        let zero_shot = DualEncoder::from_dir(&config.model, config.encoder.clone(), &device)?;
+        let before = detail.outcome(&zero_shot)?;
+        let after = detail.outcome(&trained)?;
+        let chart = infembed_train::evaluation_chart(
+            &format!("{}: zero-shot vs fine-tuned", before.report.name),
+            &[
+                crate::eval_series("zero-shot", &before.p_mrr),
+                crate::eval_series("fine-tuned", &after.p_mrr),
+            ],
+        )?;
+        chart.write(&evaluation_plot)?;
+    }
     let mut msmarco_after = None;
     if let Ok(set) = &msmarco {
         let r = retrieval_report(&trained, set)?;
@@ -196,6 +217,7 @@ pub fn run(
         skipped: msmarco.err(),
         model_dir: summary.final_dir.clone(),
         plot: config.output_dir.join("training.svg"),
+        evaluation_plot: evaluation_plot.with_extension("svg"),
     };
     let json = serde_json::to_vec_pretty(&report).map_err(|e| crate::Error::Write {
         path: config.output_dir.join("quickstart.json"),

@@ -8,10 +8,11 @@ use burn::tensor::Device;
 use infembed_data::{EvalSet, FollowIrSet};
 use infembed_encoder::{DeviceSpec, DualEncoder};
 use infembed_eval::{
-    EncoderRetriever, EvalConfig, FollowIrReport, RetrievalReport, evaluate_followir,
-    evaluate_retrieval, load_heldout,
+    EncoderRetriever, EvalConfig, FollowIrOutcome, FollowIrReport, RetrievalReport,
+    evaluate_followir, evaluate_retrieval, load_heldout,
 };
-use infembed_train::{DevEvaluator, ProgressMode, TrainConfig, TrainSummary, Trainer};
+use infembed_metrics::PMrr;
+use infembed_train::{DevEvaluator, EvalSeries, ProgressMode, TrainConfig, TrainSummary, Trainer};
 
 use crate::error::Result;
 
@@ -41,8 +42,17 @@ impl FollowIrDevEvaluator {
     /// # Errors
     /// The encoder's errors.
     pub fn report(&self, encoder: &DualEncoder) -> Result<FollowIrReport> {
+        Ok(self.outcome(encoder)?.report)
+    }
+
+    /// Everything the evaluation computes for `encoder`: the report, both runs, p-MRR in
+    /// detail.
+    ///
+    /// # Errors
+    /// The encoder's errors.
+    pub fn outcome(&self, encoder: &DualEncoder) -> Result<FollowIrOutcome> {
         let mut retriever = EncoderRetriever::new(encoder.clone(), "model");
-        Ok(evaluate_followir(&self.set, &mut retriever, &self.config)?.report)
+        Ok(evaluate_followir(&self.set, &mut retriever, &self.config)?)
     }
 }
 
@@ -60,6 +70,20 @@ impl DevEvaluator for FollowIrDevEvaluator {
             m.push(("pairwise_accuracy".to_string(), p));
         }
         Ok(m)
+    }
+}
+
+/// What the evaluation chart ([`infembed_train::evaluation_chart`]) draws of one model's
+/// p-MRR: each query's p-MRR and each changed document's two ranks, labelled `label`.
+pub fn eval_series(label: &str, p_mrr: &PMrr) -> EvalSeries {
+    EvalSeries {
+        label: label.to_string(),
+        per_query: p_mrr.per_query.values().copied().collect(),
+        ranks: p_mrr
+            .documents
+            .iter()
+            .map(|d| (d.og_rank, d.changed_rank))
+            .collect(),
     }
 }
 

@@ -271,6 +271,20 @@ fn tiny_bert() -> PathBuf {
     infembed_testkit::workspace_root().join("crates/infembed-encoder/tests/fixtures/tiny-bert")
 }
 
+/// Copies a folder and its sub-folders.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 fn shard_files(parts: &Path) -> usize {
     std::fs::read_dir(parts).map_or(0, |entries| {
         entries
@@ -545,14 +559,13 @@ fn eval_with_a_saved_index_equals_eval_that_embeds_the_corpus() {
         "ndcg_at_10",
         "map_at_1000",
         "mrr_at_10",
-        "p_at_10",
+        "precision_at_10",
         "recall_at_100",
     ];
+    let score =
+        |r: &serde_json::Value, field: &str| r["scores"]["test"][0][field].as_f64().unwrap();
     for field in fields {
-        let (a, b) = (
-            own[field].as_f64().unwrap(),
-            indexed[field].as_f64().unwrap(),
-        );
+        let (a, b) = (score(&own, field), score(&indexed, field));
         assert!(
             (a - b).abs() < 1e-9,
             "{field}: {a} embedding the corpus, {b} from the index"
@@ -562,12 +575,9 @@ fn eval_with_a_saved_index_equals_eval_that_embeds_the_corpus() {
     // Half precision moves the scores by about 1e-3 here: the metrics stay close.
     let rounded = report(&eval(Some(&half)));
     for field in fields {
-        let (a, b) = (
-            own[field].as_f64().unwrap(),
-            rounded[field].as_f64().unwrap(),
-        );
+        let (a, b) = (score(&own, field), score(&rounded, field));
         assert!(
-            (a - b).abs() < 1.0,
+            (a - b).abs() < 0.01,
             "{field}: {a} in f32, {b} from the f16 index"
         );
     }
@@ -604,6 +614,7 @@ fn eval_writes_p_mrr_per_query_and_per_document() {
     let root = infembed_testkit::workspace_root();
     let dir = tempfile::tempdir().unwrap();
     let runs = dir.path().join("runs");
+    let results = dir.path().join("results");
     let out = run(bin()
         .args(["eval", "--data"])
         .arg(root.join("data/inf-ir-sample/dev.jsonl"))
@@ -611,9 +622,21 @@ fn eval_writes_p_mrr_per_query_and_per_document() {
         .arg(root.join("data/inf-ir-sample/distractors.jsonl"))
         .arg("--json")
         .arg("--run-dir")
-        .arg(&runs));
+        .arg(&runs)
+        .arg("--results")
+        .arg(&results));
     assert_success(&out);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The results file is the printed object, filed under the baseline's name and settings.
+    let file = results.join("bm25/k1=0.9,b=0.4,stemmer=none,stopwords=none/dev.json");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(written, report);
+    assert!(file.with_file_name("model_meta.json").is_file());
+    // The chart of the written p-MRR is a PNG of the chart's size.
+    let png = std::fs::read(runs.join("p-mrr.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(runs.join("p-mrr.svg").is_file());
 
     // Ranks in a written run: the line's position among the query's lines.
     let ranks = |name: &str| {
@@ -670,8 +693,84 @@ fn eval_writes_p_mrr_per_query_and_per_document() {
     }
     assert_eq!(values.len(), by_query.len());
     let mean = values.iter().sum::<f64>() / values.len() as f64;
+    // The results hold fractions: p-MRR is the main score, 1/100 of the table's.
+    let entry = &report["scores"]["test"][0];
+    assert_eq!(entry["main_score"], entry["p-MRR"]);
     assert!(
-        (mean - report["p_mrr"].as_f64().unwrap()).abs() < 1e-9,
+        (mean - 100.0 * entry["p-MRR"].as_f64().unwrap()).abs() < 1e-9,
         "{mean} vs {report}"
     );
+    assert_eq!(report["task_name"], "dev");
+    assert_eq!(report["infembed_version"], env!("CARGO_PKG_VERSION"));
+    assert!(report["evaluation_time"].as_f64().unwrap() > 0.0);
+}
+
+/// A model is named by its `infembed_model.json` (as training writes it), not by its folder;
+/// without one, by its folder at the SHA-256 of its weights. The results file goes where mteb
+/// puts it: <folder>/<org>__<name>/<revision>/<set>.json.
+#[test]
+fn eval_names_the_model_from_its_info_file_and_files_results_like_mteb() {
+    let root = infembed_testkit::workspace_root();
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("final");
+    copy_dir(&tiny_bert(), &model);
+    let eval = |results: &Path| -> serde_json::Value {
+        let out = run(bin()
+            .args(["eval", "--data"])
+            .arg(root.join("data/inf-ir-sample/dev.jsonl"))
+            .arg("--model")
+            .arg(&model)
+            .arg("--json")
+            .arg("--results")
+            .arg(results));
+        assert_success(&out);
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // No info file: the folder's name, and the revision is the SHA-256 of
+    // "model.safetensors\0" + the weights (computed here with the sha256sum tool).
+    let weights = std::fs::read(model.join("model.safetensors")).unwrap();
+    let mut input = b"model.safetensors\0".to_vec();
+    input.extend_from_slice(&weights);
+    let hashed = dir.path().join("hashed");
+    std::fs::write(&hashed, &input).unwrap();
+    let sum = Command::new("sha256sum").arg(&hashed).output().unwrap();
+    let hex = String::from_utf8(sum.stdout).unwrap()[..16].to_string();
+    let plain = eval(&dir.path().join("r1"));
+    assert_eq!(plain["model"]["name"], "final");
+    assert_eq!(plain["model"]["revision"], format!("sha256:{hex}"));
+    assert!(
+        dir.path()
+            .join(format!("r1/final/sha256_{hex}/dev.json"))
+            .is_file()
+    );
+
+    std::fs::write(
+        model.join("infembed_model.json"),
+        r#"{"name": "org/tuned", "revision": "abc123", "base_model": {"name": "org/base", "revision": "def"}}"#,
+    )
+    .unwrap();
+    let named = eval(&dir.path().join("r2"));
+    assert_eq!(named["model"]["name"], "org/tuned");
+    assert_eq!(named["model"]["revision"], "abc123");
+    assert_eq!(named["model"]["base_model"]["name"], "org/base");
+    assert_eq!(named["retriever"], "org/tuned");
+    assert_eq!(named["model"]["template"], "{query} {instruction}");
+    assert_eq!(
+        named["model"]["settings"]["interaction"]["template"],
+        "{query} {instruction}"
+    );
+    let file = dir.path().join("r2/org__tuned/abc123/dev.json");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(written, named);
+    // The same model, the same scores, whatever it is called.
+    assert_eq!(plain["scores"], named["scores"]);
+    // A broken info file is an error naming it.
+    std::fs::write(model.join("infembed_model.json"), "{").unwrap();
+    let out = run(bin()
+        .args(["eval", "--data"])
+        .arg(root.join("data/inf-ir-sample/dev.jsonl"))
+        .arg("--model")
+        .arg(&model));
+    assert_user_error(&out, &["infembed_model.json"]);
 }

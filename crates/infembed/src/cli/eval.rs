@@ -1,16 +1,17 @@
 //! `infembed eval`: evaluate a retriever on an instruction-following or ad hoc test.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use infembed::data::{self, Collection, QueryTemplate};
-use infembed::eval::model_name;
+use infembed::encoder::{Interaction, ModelInfo};
 use infembed::metrics::{Run, TieBreak};
 use infembed::{
-    Bm25Config, Bm25Retriever, EmbeddingIndex, EncoderRetriever, EvalConfig, FollowIrOutcome,
-    FollowIrReport, RetrievalReport, Retriever, Stemmer, StopWords, evaluate_followir,
-    evaluate_retrieval, load_heldout,
+    Bm25Config, Bm25Retriever, EmbeddingIndex, EncoderRetriever, EvalConfig, EvalResults,
+    EvaluatedModel, FollowIrOutcome, FollowIrReport, RetrievalReport, Retriever, Stemmer,
+    StopWords, evaluate_followir, evaluate_retrieval, load_heldout,
 };
 
 use super::load_encoder;
@@ -72,13 +73,20 @@ pub struct EvalArgs {
     /// Documents kept per query for ad hoc retrieval runs.
     #[arg(long, default_value_t = 1000)]
     depth: usize,
-    /// Print one JSON object on stdout instead of a table.
+    /// Print the results as one JSON object on stdout instead of a table: mteb's layout
+    /// (fractions, `main_score`, the split, `evaluation_time`), with the model's name, revision,
+    /// base model, template and settings, and the infembed version.
     #[arg(long)]
     json: bool,
+    /// Also write the results (the `--json` object) to
+    /// DIR/<model name, / as __>/<revision>/<set>.json, with model_meta.json beside it, as
+    /// mteb's results folders are laid out.
+    #[arg(long, value_name = "DIR")]
+    results: Option<PathBuf>,
     /// Write TREC run files into this folder (og.trec and changed.trec, or run.trec), and for
     /// instruction-following tests p-MRR in detail: p-mrr.tsv (query, p-MRR x100) and
     /// p-mrr-documents.tsv (query, document, rank under the original and under the changed
-    /// instruction, the document's score x100).
+    /// instruction, the document's score x100), pictured in p-mrr.svg and p-mrr.png.
     #[arg(long)]
     run_dir: Option<PathBuf>,
     #[command(flatten)]
@@ -86,13 +94,28 @@ pub struct EvalArgs {
 }
 
 pub fn run(args: &EvalArgs) -> Result<()> {
+    let started = Instant::now();
     let config = EvalConfig::default().with_depth(args.depth);
-    let mut retriever: Box<dyn Retriever> = match &args.model {
+    let (mut retriever, model): (Box<dyn Retriever>, EvaluatedModel) = match &args.model {
         Some(dir) => {
             let encoder = load_encoder(dir, args.encoder_config.as_deref(), &args.device)?;
+            let info = ModelInfo::of_dir(dir)?;
             let ours = encoder.source_dir().display().to_string();
-            let retriever = EncoderRetriever::new(encoder, model_name(dir));
-            match &args.index {
+            let template = match &encoder.config().interaction {
+                Interaction::SelfAttention { template, .. } => Some(template.as_str().to_string()),
+                Interaction::CrossAttention(_) => None,
+            };
+            let mut model = EvaluatedModel::new(
+                &info.name,
+                &info.revision,
+                template,
+                serde_json::to_value(encoder.config())?,
+            );
+            if let Some(base) = &info.base_model {
+                model = model.with_base(&base.name, &base.revision);
+            }
+            let retriever = EncoderRetriever::new(encoder, info.name.clone());
+            let retriever: Box<dyn Retriever> = match &args.index {
                 Some(path) => {
                     let index = EmbeddingIndex::open(path)?;
                     if !index.model.is_empty() && index.model != ours {
@@ -105,34 +128,52 @@ pub fn run(args: &EvalArgs) -> Result<()> {
                     Box::new(retriever.with_index(index)?)
                 }
                 None => Box::new(retriever),
-            }
+            };
+            (retriever, model)
         }
         None => {
             let template = QueryTemplate::new(&args.template)?;
-            Box::new(Bm25Retriever::new(
-                Bm25Config {
-                    k1: args.k1,
-                    b: args.b,
-                    stemmer: args.stemmer,
-                    stopwords: args.stopwords,
-                },
-                template,
-            ))
+            let bm25 = Bm25Config {
+                k1: args.k1,
+                b: args.b,
+                stemmer: args.stemmer,
+                stopwords: args.stopwords,
+            };
+            let settings = serde_json::json!({
+                "k1": args.k1,
+                "b": args.b,
+                "stemmer": format!("{:?}", args.stemmer).to_lowercase(),
+                "stopwords": format!("{:?}", args.stopwords).to_lowercase(),
+            });
+            let revision = format!(
+                "k1={},b={},stemmer={},stopwords={}",
+                args.k1,
+                args.b,
+                settings["stemmer"].as_str().unwrap_or(""),
+                settings["stopwords"].as_str().unwrap_or("")
+            );
+            let model =
+                EvaluatedModel::new("bm25", revision, Some(args.template.clone()), settings);
+            (Box::new(Bm25Retriever::new(bm25, template)), model)
         }
     };
     let retriever: &mut dyn Retriever = retriever.as_mut();
 
-    if let Some(path) = &args.data {
-        let set = load_heldout(path, args.distractors.as_deref())?;
+    if args.data.is_some() || args.followir.is_some() {
+        let (set, split) = match (&args.data, &args.followir) {
+            (Some(path), _) => (load_heldout(path, args.distractors.as_deref())?, "test"),
+            (None, Some(dir)) => (data::load_followir(dir, &args.split)?, args.split.as_str()),
+            (None, None) => unreachable!("checked above"),
+        };
         let outcome = evaluate_followir(&set, retriever, &config)?;
+        let results = EvalResults::followir(
+            &outcome.report,
+            split,
+            model,
+            started.elapsed().as_secs_f64(),
+        );
         write_followir(args, &outcome)?;
-        return print_followir(&outcome.report, args.json);
-    }
-    if let Some(dir) = &args.followir {
-        let set = data::load_followir(dir, &args.split)?;
-        let outcome = evaluate_followir(&set, retriever, &config)?;
-        write_followir(args, &outcome)?;
-        return print_followir(&outcome.report, args.json);
+        return finish(args, &results, || print_followir(&outcome.report));
     }
     let set = if let Some(dir) = &args.beir {
         data::load_beir(dir, &args.split)?
@@ -153,8 +194,33 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         bail!("give one of --data, --beir, --followir, --collection");
     };
     let outcome = evaluate_retrieval(&set, retriever, &config)?;
+    let split = if args.beir.is_some() {
+        args.split.as_str()
+    } else {
+        "test"
+    };
+    let results = EvalResults::retrieval(
+        &outcome.report,
+        split,
+        model,
+        started.elapsed().as_secs_f64(),
+    );
     write_runs(args, &[("run", &outcome.run)])?;
-    print_retrieval(&outcome.report, args.json)
+    finish(args, &results, || print_retrieval(&outcome.report))
+}
+
+/// Writes `--results`, then prints the JSON object (`--json`) or the table.
+fn finish(args: &EvalArgs, results: &EvalResults, table: impl FnOnce()) -> Result<()> {
+    if let Some(folder) = &args.results {
+        let path = results.write(folder)?;
+        eprintln!("wrote {}", path.display());
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(results)?);
+    } else {
+        table();
+    }
+    Ok(())
 }
 
 fn write_runs(args: &EvalArgs, runs: &[(&str, &Run)]) -> Result<()> {
@@ -201,24 +267,22 @@ fn write_followir(args: &EvalArgs, outcome: &FollowIrOutcome) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
+    let series = infembed::eval_series(&outcome.report.retriever, &outcome.p_mrr);
+    let title = format!(
+        "{}: p-MRR per query and ranks of the changed documents",
+        outcome.report.name
+    );
+    for path in infembed::train::evaluation_chart(&title, &[series])?.write(&dir.join("p-mrr"))? {
+        eprintln!("wrote {}", path.display());
+    }
     Ok(())
 }
 
 /// What every report's header line names: set, retriever, query and document counts.
 type Header<'a> = (&'a str, &'a str, usize, usize);
 
-/// Prints a report as one JSON object, or as a header line and a table of labelled values
-/// (`None` prints as n/a).
-fn print_report(
-    report: &impl serde::Serialize,
-    json: bool,
-    (name, retriever, n_queries, n_docs): Header<'_>,
-    rows: &[(&str, Option<f64>)],
-) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string(report)?);
-        return Ok(());
-    }
+/// Prints a header line and a table of labelled values (`None` prints as n/a).
+fn print_table((name, retriever, n_queries, n_docs): Header<'_>, rows: &[(&str, Option<f64>)]) {
     println!("{name} | {retriever} | {n_queries} queries, {n_docs} documents");
     for (label, value) in rows {
         match value {
@@ -226,10 +290,9 @@ fn print_report(
             None => println!("  {label:<22}{:>7}", "n/a"),
         }
     }
-    Ok(())
 }
 
-fn print_followir(r: &FollowIrReport, json: bool) -> Result<()> {
+fn print_followir(r: &FollowIrReport) {
     let header = (r.name.as_str(), r.retriever.as_str(), r.n_queries, r.n_docs);
     let rows = [
         ("p-MRR", Some(r.p_mrr)),
@@ -240,10 +303,10 @@ fn print_followir(r: &FollowIrReport, json: bool) -> Result<()> {
         ("nDCG@10  (changed)", Some(r.changed_ndcg_at_10)),
         ("pairwise accuracy", r.pairwise_accuracy),
     ];
-    print_report(r, json, header, &rows)
+    print_table(header, &rows);
 }
 
-fn print_retrieval(r: &RetrievalReport, json: bool) -> Result<()> {
+fn print_retrieval(r: &RetrievalReport) {
     let header = (r.name.as_str(), r.retriever.as_str(), r.n_queries, r.n_docs);
     let rows = [
         ("nDCG@10", Some(r.ndcg_at_10)),
@@ -252,5 +315,5 @@ fn print_retrieval(r: &RetrievalReport, json: bool) -> Result<()> {
         ("P@10", Some(r.p_at_10)),
         ("Recall@100", Some(r.recall_at_100)),
     ];
-    print_report(r, json, header, &rows)
+    print_table(header, &rows);
 }

@@ -46,6 +46,10 @@ pub fn run(args: &QuickstartArgs) -> Result<()> {
     if let Some(dir) = &report.model_dir {
         println!("fine-tuned model: {}", dir.display());
     }
-    println!("training plot: {}", report.plot.display());
+    println!("training chart: {} (and .png)", report.plot.display());
+    println!(
+        "evaluation chart: {} (and .png)",
+        report.evaluation_plot.display()
+    );
     Ok(())
 }
