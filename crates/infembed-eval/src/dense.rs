@@ -74,6 +74,15 @@ impl EncoderRetriever {
     pub fn encoder(&self) -> &DualEncoder {
         &self.encoder
     }
+
+    /// The queries' embeddings `[queries, d]` (an absent instruction is the empty one).
+    fn encode(&self, queries: &[QueryRequest]) -> Result<Tensor<2>> {
+        let pairs: Vec<(&str, &str)> = queries
+            .iter()
+            .map(|q| (q.instruction.as_deref().unwrap_or(""), q.query.as_str()))
+            .collect();
+        Ok(self.encoder.encode_queries(&pairs)?.embeddings)
+    }
 }
 
 impl Retriever for EncoderRetriever {
@@ -134,11 +143,7 @@ impl Retriever for EncoderRetriever {
         if queries.is_empty() {
             return Ok(Vec::new());
         }
-        let pairs: Vec<(&str, &str)> = queries
-            .iter()
-            .map(|q| (q.instruction.as_deref().unwrap_or(""), q.query.as_str()))
-            .collect();
-        let q = self.encoder.encode_queries(&pairs)?.embeddings;
+        let q = self.encode(queries)?;
         Ok(tensor_rows(q.matmul(corpus.clone().transpose()))?)
     }
 
@@ -160,11 +165,7 @@ impl Retriever for EncoderRetriever {
         if n <= self.block {
             return visit(0, self.score(queries)?);
         }
-        let pairs: Vec<(&str, &str)> = queries
-            .iter()
-            .map(|q| (q.instruction.as_deref().unwrap_or(""), q.query.as_str()))
-            .collect();
-        let q = self.encoder.encode_queries(&pairs)?.embeddings;
+        let q = self.encode(queries)?;
         let mut first = 0;
         while first < n {
             let end = (first + self.block).min(n);

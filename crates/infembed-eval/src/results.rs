@@ -80,14 +80,15 @@ pub struct EvalResults {
     pub n_docs: usize,
 }
 
-/// The fixed part of each split's entry.
+/// One split's entry: `main_score` and each metric as fractions (given as the report's
+/// percentages; `None` is written as null), then mteb's fixed `hf_subset` and `languages`.
 fn split_entry(main_score: f64, metrics: &[(&str, Option<f64>)]) -> serde_json::Value {
     let mut entry = serde_json::Map::new();
-    entry.insert("main_score".into(), serde_json::json!(main_score));
+    entry.insert("main_score".into(), serde_json::json!(main_score / 100.0));
     for (name, value) in metrics {
         entry.insert(
             (*name).to_string(),
-            value.map_or(serde_json::Value::Null, |v| serde_json::json!(v)),
+            value.map_or(serde_json::Value::Null, |v| serde_json::json!(v / 100.0)),
         );
     }
     entry.insert("hf_subset".into(), serde_json::json!("default"));
@@ -104,20 +105,16 @@ impl EvalResults {
         model: EvaluatedModel,
         evaluation_time: f64,
     ) -> Self {
-        let f = |v: f64| Some(v / 100.0);
         let entry = split_entry(
-            report.p_mrr / 100.0,
+            report.p_mrr,
             &[
-                ("p-MRR", f(report.p_mrr)),
-                ("ndcg_at_5", f(report.ndcg_at_5)),
-                ("ndcg_at_10", f(report.ndcg_at_10)),
-                ("map_at_1000", f(report.map_at_1000)),
-                ("mrr_at_10", f(report.mrr_at_10)),
-                ("changed_ndcg_at_10", f(report.changed_ndcg_at_10)),
-                (
-                    "pairwise_accuracy",
-                    report.pairwise_accuracy.map(|v| v / 100.0),
-                ),
+                ("p-MRR", Some(report.p_mrr)),
+                ("ndcg_at_5", Some(report.ndcg_at_5)),
+                ("ndcg_at_10", Some(report.ndcg_at_10)),
+                ("map_at_1000", Some(report.map_at_1000)),
+                ("mrr_at_10", Some(report.mrr_at_10)),
+                ("changed_ndcg_at_10", Some(report.changed_ndcg_at_10)),
+                ("pairwise_accuracy", report.pairwise_accuracy),
             ],
         );
         Self::assemble(
@@ -139,15 +136,14 @@ impl EvalResults {
         model: EvaluatedModel,
         evaluation_time: f64,
     ) -> Self {
-        let f = |v: f64| Some(v / 100.0);
         let entry = split_entry(
-            report.ndcg_at_10 / 100.0,
+            report.ndcg_at_10,
             &[
-                ("ndcg_at_10", f(report.ndcg_at_10)),
-                ("map_at_1000", f(report.map_at_1000)),
-                ("mrr_at_10", f(report.mrr_at_10)),
-                ("precision_at_10", f(report.p_at_10)),
-                ("recall_at_100", f(report.recall_at_100)),
+                ("ndcg_at_10", Some(report.ndcg_at_10)),
+                ("map_at_1000", Some(report.map_at_1000)),
+                ("mrr_at_10", Some(report.mrr_at_10)),
+                ("precision_at_10", Some(report.p_at_10)),
+                ("recall_at_100", Some(report.recall_at_100)),
             ],
         );
         Self::assemble(
@@ -210,37 +206,25 @@ impl EvalResults {
     pub fn write(&self, folder: &Path) -> Result<PathBuf> {
         let path = self.path_in(folder);
         let dir = path.parent().unwrap_or(folder);
-        let write = |path: &Path, value: &dyn erased::Json| -> Result<()> {
-            let bytes = value.to_json().map_err(|e| Error::Write {
-                path: path.to_path_buf(),
-                source: std::io::Error::other(e),
-            })?;
-            infembed_data::write_atomic(path, &bytes).map_err(|source| Error::Write {
-                path: path.to_path_buf(),
-                source,
-            })
-        };
         std::fs::create_dir_all(dir).map_err(|source| Error::Write {
             path: dir.to_path_buf(),
             source,
         })?;
-        write(&dir.join("model_meta.json"), &self.model)?;
-        write(&path, self)?;
+        write_json(&dir.join("model_meta.json"), &self.model)?;
+        write_json(&path, self)?;
         Ok(path)
     }
 }
 
-mod erased {
-    /// A value written as pretty JSON (object-safe, for one writer of two types).
-    pub(super) trait Json {
-        fn to_json(&self) -> serde_json::Result<Vec<u8>>;
-    }
-
-    impl<T: serde::Serialize> Json for T {
-        fn to_json(&self) -> serde_json::Result<Vec<u8>> {
-            let mut bytes = serde_json::to_vec_pretty(self)?;
-            bytes.push(b'\n');
-            Ok(bytes)
-        }
-    }
+/// Writes `value` as pretty JSON (with a final newline) to `path`, atomically.
+fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| Error::Write {
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e),
+    })?;
+    bytes.push(b'\n');
+    infembed_data::write_atomic(path, &bytes).map_err(|source| Error::Write {
+        path: path.to_path_buf(),
+        source,
+    })
 }

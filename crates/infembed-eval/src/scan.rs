@@ -635,6 +635,15 @@ mod tests {
         q.iter().zip(r).fold(0.0, |acc, (&a, &b)| a.mul_add(b, acc))
     }
 
+    /// Query `i`'s naive `(row, score)` against every row of `r` (both `dim` wide), each score
+    /// [`chain`]ed in dimension order.
+    fn naive_entries(q: &[f32], r: &[f32], dim: usize, i: usize) -> Vec<(usize, f64)> {
+        r.chunks_exact(dim)
+            .enumerate()
+            .map(|(j, row)| (j, f64::from(chain(&q[i * dim..(i + 1) * dim], row))))
+            .collect()
+    }
+
     fn values(len: usize, seed: u64) -> Vec<f32> {
         let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         (0..len)
@@ -701,20 +710,11 @@ mod tests {
             TieBreak::DocIdDescending,
         )
         .unwrap();
-        for i in 0..m {
-            let entries = (0..n)
-                .map(|j| {
-                    (
-                        j,
-                        f64::from(chain(
-                            &q[i * dim..(i + 1) * dim],
-                            &r[j * dim..(j + 1) * dim],
-                        )),
-                    )
-                })
-                .collect();
+        assert_eq!(got.len(), m);
+        for (i, hits) in got.iter().enumerate() {
+            let entries = naive_entries(&q, &r, dim, i);
             assert_eq!(
-                got[i],
+                *hits,
                 top_k(entries, &ids, k, TieBreak::DocIdDescending),
                 "query {i}"
             );
@@ -762,17 +762,7 @@ mod tests {
         )
         .unwrap();
         for (i, hits) in got.iter().enumerate() {
-            let entries = (0..n)
-                .map(|j| {
-                    (
-                        j,
-                        f64::from(chain(
-                            &q[i * dim..(i + 1) * dim],
-                            &r[j * dim..(j + 1) * dim],
-                        )),
-                    )
-                })
-                .collect();
+            let entries = naive_entries(&q, &r, dim, i);
             assert_eq!(*hits, top_k(entries, &ids, n, tie));
         }
     }
@@ -794,9 +784,7 @@ mod tests {
             let tie = TieBreak::DocIdDescending;
             let got = search(Isa::detect(), &rows, &ids, dim, &q, k, tie).unwrap();
             for i in 0..m {
-                let entries = (0..n)
-                    .map(|j| (j, f64::from(chain(&q[i * dim..(i + 1) * dim], &r[j * dim..(j + 1) * dim]))))
-                    .collect();
+                let entries = naive_entries(&q, &r, dim, i);
                 let want = top_k(entries, &ids, k, tie);
                 prop_assert_eq!(&got[i], &want);
                 let alone = search(Isa::Portable, &rows, &ids, dim, &q[i * dim..(i + 1) * dim], k, tie)

@@ -51,4 +51,6 @@ pub use infembed_eval::{
     evaluate_followir, evaluate_retrieval, load_encoder, load_heldout, read_texts, run_queries,
     search,
 };
-pub use training::{FollowIrDevEvaluator, eval_series, open_devices, retrieval_report, train};
+pub use training::{
+    EvaluationDetails, FollowIrDevEvaluator, eval_series, open_devices, retrieval_report, train,
+};

@@ -114,7 +114,10 @@ pub fn run(
         }
         .into());
     };
-    let evaluator = FollowIrDevEvaluator::from_files(&dev, config.data.distractors.as_deref())?;
+    let (evaluator, details) =
+        FollowIrDevEvaluator::from_files(&dev, config.data.distractors.as_deref())?
+            .keeping_details();
+    let dev_name = evaluator.set_name().to_string();
     let devices = crate::open_devices(&config.device_specs())?;
     let device = devices[0].clone();
 
@@ -153,23 +156,6 @@ pub fn run(
         .progress(ProgressMode::Plain);
     let summary = trainer.run()?;
     let trained = trainer.encoder();
-    // The evaluation chart: the first and the last dev evaluations again, in detail (the same
-    // figures as the history's: evaluation is deterministic).
-    let evaluation_plot = config.output_dir.join("evaluation");
-    {
-        let detail = FollowIrDevEvaluator::from_files(&dev, config.data.distractors.as_deref())?;
-        let zero_shot = DualEncoder::from_dir(&config.model, config.encoder.clone(), &device)?;
-        let before = detail.outcome(&zero_shot)?;
-        let after = detail.outcome(&trained)?;
-        let chart = infembed_train::evaluation_chart(
-            &format!("{}: zero-shot vs fine-tuned", before.report.name),
-            &[
-                crate::eval_series("zero-shot", &before.p_mrr),
-                crate::eval_series("fine-tuned", &after.p_mrr),
-            ],
-        )?;
-        chart.write(&evaluation_plot)?;
-    }
     let mut msmarco_after = None;
     if let Ok(set) = &msmarco {
         let r = retrieval_report(&trained, set)?;
@@ -184,6 +170,28 @@ pub fn run(
         .collect();
     let first = evals.first().copied().filter(|h| h.step == 0);
     let last = evals.last().copied().filter(|h| h.step > 0);
+    // The evaluation chart: the same two dev evaluations as the table, in detail (kept by the
+    // evaluator as it ran; one detail per evaluation, in the history's order).
+    let evaluation_plot = config.output_dir.join("evaluation");
+    {
+        let details = details.lock().map_err(|_| crate::Error::Write {
+            path: evaluation_plot.clone(),
+            source: std::io::Error::other("the evaluation details' lock was poisoned"),
+        })?;
+        let mut series = Vec::new();
+        if first.is_some()
+            && let Some(p) = details.first()
+        {
+            series.push(crate::eval_series("zero-shot", p));
+        }
+        if last.is_some()
+            && let Some(p) = details.last()
+        {
+            series.push(crate::eval_series("fine-tuned", p));
+        }
+        infembed_train::evaluation_chart(&format!("{dev_name}: zero-shot vs fine-tuned"), &series)?
+            .write(&evaluation_plot)?;
+    }
     let rows = vec![
         Comparison {
             metric: "dev p-MRR".into(),

@@ -3,6 +3,7 @@
 //! [`Trainer`], and [`train`] runs a config file end to end.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use burn::tensor::Device;
 use infembed_data::{EvalSet, FollowIrSet};
@@ -22,7 +23,12 @@ use crate::error::Result;
 pub struct FollowIrDevEvaluator {
     set: FollowIrSet,
     config: EvalConfig,
+    details: Option<EvaluationDetails>,
 }
+
+/// p-MRR in detail of each evaluation a [`FollowIrDevEvaluator`] made, in order (see
+/// [`FollowIrDevEvaluator::keeping_details`]).
+pub type EvaluationDetails = Arc<Mutex<Vec<PMrr>>>;
 
 impl FollowIrDevEvaluator {
     /// Builds the test from `dev` (InF-IR JSONL or Parquet) and optional distractors
@@ -34,7 +40,22 @@ impl FollowIrDevEvaluator {
         Ok(Self {
             set: load_heldout(dev, distractors)?,
             config: EvalConfig::default(),
+            details: None,
         })
+    }
+
+    /// The development set's name (the file's stem).
+    pub fn set_name(&self) -> &str {
+        &self.set.name
+    }
+
+    /// Keeps each evaluation's p-MRR in detail (per query, per changed document) in the returned
+    /// list, for pictures drawn after training (the quickstart's evaluation chart).
+    #[must_use]
+    pub fn keeping_details(mut self) -> (Self, EvaluationDetails) {
+        let details = EvaluationDetails::default();
+        self.details = Some(details.clone());
+        (self, details)
     }
 
     /// The full report for `encoder`.
@@ -61,7 +82,14 @@ impl DevEvaluator for FollowIrDevEvaluator {
         &mut self,
         encoder: &DualEncoder,
     ) -> std::result::Result<Vec<(String, f64)>, Box<dyn std::error::Error + Send + Sync>> {
-        let r = self.report(encoder)?;
+        let outcome = self.outcome(encoder)?;
+        if let Some(details) = &self.details {
+            details
+                .lock()
+                .map_err(|_| "the evaluation details' lock was poisoned")?
+                .push(outcome.p_mrr);
+        }
+        let r = outcome.report;
         let mut m = vec![
             ("p_mrr".to_string(), r.p_mrr),
             ("ndcg_at_10".to_string(), r.ndcg_at_10),

@@ -422,12 +422,17 @@ fn f16_index_and_a_file_of_queries_match_single_searches() {
         })
         .collect();
     std::fs::write(&qfile, lines.join("\n")).unwrap();
+    // `infembed search` over the f16 index with the tiny model.
+    let search = || {
+        let mut cmd = bin();
+        cmd.args(["search", "--model"])
+            .arg(tiny_bert())
+            .arg("--index")
+            .arg(&half);
+        cmd
+    };
     let run_file = dir.path().join("run.trec");
-    let out = run(bin()
-        .args(["search", "--model"])
-        .arg(tiny_bert())
-        .arg("--index")
-        .arg(&half)
+    let out = run(search()
         .arg("--queries")
         .arg(&qfile)
         .args(["-k", "7", "--output"])
@@ -437,12 +442,8 @@ fn f16_index_and_a_file_of_queries_match_single_searches() {
     let rows: Vec<Vec<&str>> = trec.lines().map(|l| l.split(' ').collect()).collect();
     assert_eq!(rows.len(), queries.len() * 7);
     for (qi, (id, text, ins)) in queries.iter().enumerate() {
-        let mut cmd = bin();
-        cmd.args(["search", "--model"])
-            .arg(tiny_bert())
-            .arg("--index")
-            .arg(&half)
-            .args(["--query", text, "-k", "7", "--json"]);
+        let mut cmd = search();
+        cmd.args(["--query", text, "-k", "7", "--json"]);
         if let Some(ins) = ins {
             cmd.args(["--instruction", ins]);
         }
@@ -470,24 +471,11 @@ fn f16_index_and_a_file_of_queries_match_single_searches() {
     // A query id with whitespace cannot go in a TREC run: one line naming it and the file.
     let spaced = dir.path().join("spaced.jsonl");
     std::fs::write(&spaced, r#"{"id": "q 1", "text": "w3"}"#).unwrap();
-    let out = run(bin()
-        .args(["search", "--model"])
-        .arg(tiny_bert())
-        .arg("--index")
-        .arg(&half)
-        .arg("--queries")
-        .arg(&spaced));
+    let out = run(search().arg("--queries").arg(&spaced));
     assert_user_error(&out, &["\"q 1\"", "spaced.jsonl", "whitespace"]);
 
     // --queries and --json do not go together; --output needs --queries.
-    let out = run(bin()
-        .args(["search", "--model"])
-        .arg(tiny_bert())
-        .arg("--index")
-        .arg(&half)
-        .arg("--queries")
-        .arg(&qfile)
-        .arg("--json"));
+    let out = run(search().arg("--queries").arg(&qfile).arg("--json"));
     assert!(!out.status.success());
 }
 

@@ -139,18 +139,11 @@ pub fn run(args: &EvalArgs) -> Result<()> {
                 stemmer: args.stemmer,
                 stopwords: args.stopwords,
             };
-            let settings = serde_json::json!({
-                "k1": args.k1,
-                "b": args.b,
-                "stemmer": format!("{:?}", args.stemmer).to_lowercase(),
-                "stopwords": format!("{:?}", args.stopwords).to_lowercase(),
-            });
+            // The settings as configs name them (Bm25Config's serde, the choices' names).
+            let settings = serde_json::to_value(bm25)?;
             let revision = format!(
                 "k1={},b={},stemmer={},stopwords={}",
-                args.k1,
-                args.b,
-                settings["stemmer"].as_str().unwrap_or(""),
-                settings["stopwords"].as_str().unwrap_or("")
+                bm25.k1, bm25.b, bm25.stemmer, bm25.stopwords
             );
             let model =
                 EvaluatedModel::new("bm25", revision, Some(args.template.clone()), settings);
