@@ -14,6 +14,29 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, Result};
 
+/// Serde through the type's name: `Display` out, `FromStr` in (errors become serde's).
+macro_rules! serde_by_name {
+    ($t:ty) => {
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(
+                &self,
+                serializer: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                serializer.collect_str(self)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(
+                deserializer: D,
+            ) -> std::result::Result<Self, D::Error> {
+                let text = String::deserialize(deserializer)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
 /// A device as written on the command line or in a config: `cpu` (burn's `flex`, the
 /// default), `wgpu[:N]` (Vulkan, Metal or DX12 through wgpu, WGSL shaders; the software
 /// Vulkan driver included), `vulkan[:N]` (wgpu pinned to Vulkan, SPIR-V shaders) or
@@ -254,18 +277,7 @@ impl FromStr for DeviceSpec {
     }
 }
 
-impl Serialize for DeviceSpec {
-    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for DeviceSpec {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
+serde_by_name!(DeviceSpec);
 
 /// The float type a device computes in: `f32` (the default, and the only one on the CPU),
 /// `bf16` or `f16` (GPU devices, inference; see [`DeviceSpec::device_with`]).
@@ -309,26 +321,65 @@ impl FromStr for Precision {
             "f32" | "float32" => Ok(Self::F32),
             "bf16" | "bfloat16" => Ok(Self::Bf16),
             "f16" | "float16" | "half" => Ok(Self::F16),
-            other => Err(Error::Device {
-                device: String::new(),
-                problem: format!("unknown dtype {other:?} (expected f32, bf16 or f16)"),
+            _ => Err(Error::UnknownName {
+                what: "dtype",
+                name: s.to_string(),
+                expected: "f32, bf16 or f16",
             }),
         }
     }
 }
 
-impl Serialize for Precision {
-    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+/// How the linear layers of a model compute at inference on the CPU: in `f32` (the default)
+/// or through int8 products (`"int8"`: weights quantized per output channel once, when the
+/// model is prepared; activations per token as each product runs; sums in 32-bit integers;
+/// the bias and activation applied in `f32`). Attention's score and context products,
+/// softmax, LayerNorm, pooling and a Dense head stay `f32`. Training always computes in `f32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Quantization {
+    /// No quantization.
+    #[default]
+    None,
+    /// Dynamic int8 quantization of the linear layers.
+    Int8,
+}
+
+impl Quantization {
+    /// Whether this is [`Quantization::None`] (for `skip_serializing_if`).
+    pub fn is_none(&self) -> bool {
+        *self == Self::None
     }
 }
 
-impl<'de> Deserialize<'de> for Precision {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Self, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        text.parse().map_err(serde::de::Error::custom)
+impl fmt::Display for Quantization {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::None => "none",
+            Self::Int8 => "int8",
+        })
     }
 }
+
+impl FromStr for Quantization {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" | "f32" => Ok(Self::None),
+            "int8" | "i8" => Ok(Self::Int8),
+            _ => Err(Error::UnknownName {
+                what: "quantization",
+                name: s.to_string(),
+                expected: "none or int8",
+            }),
+        }
+    }
+}
+
+serde_by_name!(Quantization);
+
+serde_by_name!(Precision);
 
 /// One line of `infembed devices`.
 #[derive(Debug, Clone, PartialEq, Eq)]

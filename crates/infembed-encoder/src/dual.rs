@@ -9,6 +9,7 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{SentenceTransformersConfig, Similarity};
+use crate::device::Quantization;
 use crate::encoder::{Embedder, Encoded, ModelDir, TruncationCounter, max_length};
 use crate::error::{Error, Result};
 use crate::head::{DenseLayer, load_dense, output_width};
@@ -97,6 +98,10 @@ pub struct EncoderConfig {
     /// Texts per forward pass when encoding many texts.
     #[serde(default = "default_batch")]
     pub encode_batch_size: usize,
+    /// How the backbone's linear layers compute at inference on the CPU: `"none"` (`f32`,
+    /// the default) or `"int8"` ([`Quantization`]). Inference only: training rejects it.
+    #[serde(default, skip_serializing_if = "Quantization::is_none")]
+    pub quantize: Quantization,
 }
 
 /// The paper's query maximum length.
@@ -119,6 +124,7 @@ impl Default for EncoderConfig {
             passage_prefix: String::new(),
             pooling: None,
             encode_batch_size: default_batch(),
+            quantize: Quantization::None,
         }
     }
 }
@@ -231,7 +237,7 @@ pub struct DualEncoder {
 }
 
 /// What a [`DualEncoder`] reads but never changes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct EncoderContext {
     tokenizer: TextTokenizer,
     config: EncoderConfig,
@@ -321,7 +327,8 @@ impl DualEncoder {
             .pooling
             .or(st_config.pooling)
             .unwrap_or_else(|| arch.default_pooling());
-        Ok(Self {
+        let quantize = config.quantize;
+        let mut encoder = Self {
             model: DualEncoderModel {
                 query_tower,
                 passage_tower,
@@ -340,12 +347,45 @@ impl DualEncoder {
             }),
             device: device.clone(),
             truncations: TruncationCounter::default(),
-        })
+        };
+        if !quantize.is_none() {
+            encoder.set_quantization(quantize)?;
+        }
+        Ok(encoder)
     }
 
     /// The device of the weights.
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// Computes the towers' linear layers with `quantization` from now on ([`Quantization`];
+    /// the int8 weights are prepared now), and records it in [`config`](Self::config).
+    ///
+    /// # Errors
+    /// [`Error::Device`] for int8 on a device other than the CPU (`flex`): the int8 kernels
+    /// are CPU kernels, and a GPU keeps its own float type (`--dtype`).
+    pub fn set_quantization(&mut self, quantization: Quantization) -> Result<()> {
+        if quantization == Quantization::Int8 && !crate::cpu::is_plain_flex(&self.device) {
+            return Err(Error::Device {
+                device: format!("{:?}", self.device),
+                problem: "int8 quantization runs on the CPU (`flex`) device at inference; \
+                          a GPU computes in its float type (--dtype bf16 / f16)"
+                    .into(),
+            });
+        }
+        self.model.query_tower.set_quantization(quantization);
+        if let Some(tower) = &self.model.passage_tower {
+            tower.set_quantization(quantization);
+        }
+        if quantization == Quantization::Int8 {
+            log::info!(
+                "int8 inference: {} kernels",
+                crate::cpu::qgemm::Isa::detect().name()
+            );
+        }
+        Arc::make_mut(&mut self.context).config.quantize = quantization;
+        Ok(())
     }
 
     /// The trainable modules.

@@ -114,6 +114,17 @@ pub enum Error {
         /// What is wrong (names the cargo feature when the backend is not compiled in).
         problem: String,
     },
+
+    /// A setting's value is not one of the names it takes.
+    #[error("unknown {what} {name:?} (expected {expected})")]
+    UnknownName {
+        /// The setting (`quantization`).
+        what: &'static str,
+        /// The name as given.
+        name: String,
+        /// The names it takes.
+        expected: &'static str,
+    },
 }
 
 /// The crate's result type.

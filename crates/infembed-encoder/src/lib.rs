@@ -58,7 +58,9 @@ mod weights;
 
 pub use card::{BaseModel, MODEL_INFO_FILE, ModelInfo, NameSource, weights_revision};
 pub use config::{DenseActivation, SentenceTransformersConfig, Similarity, StDense, StDenseConfig};
-pub use device::{DeviceListing, DeviceSpec, Precision, list_devices, missing_backends};
+pub use device::{
+    DeviceListing, DeviceSpec, Precision, Quantization, list_devices, missing_backends,
+};
 pub use dual::{
     BatchEmbeddings, BatchRow, BatchTexts, DualEncoder, DualEncoderModel, EncoderConfig,
     Interaction, PASSAGE_PROMPTS, QUERY_PROMPT, REFERENCE_PASSAGE_MAX_LENGTH,
@@ -80,6 +82,7 @@ pub use tokenize::{TextTokenizer, TokenBatch};
 #[doc(hidden)]
 pub mod bench_internals {
     pub use crate::cpu::gemm::{Activation, Epilogue, MatRef, gemm, gemm_serial};
+    pub use crate::cpu::qgemm::{Isa, QuantizedMatrix, qgemm_with};
 }
 
 /// Serializes this crate's tests that draw from burn's device generator. The `flex` backend

@@ -418,6 +418,13 @@ impl TrainConfig {
                  combines token states after the backbone, so it trains without GradCache)",
             );
         }
+        if !self.encoder.quantize.is_none() {
+            return bad(
+                "encoder.quantize",
+                "is an inference setting (int8 products on the CPU); training computes in f32: \
+                 evaluate the trained model with `infembed eval --quantize int8`",
+            );
+        }
         if self.device.is_some() && self.devices.is_some() {
             return bad("devices", "give either `device` or `devices`, not both");
         }
@@ -574,6 +581,11 @@ mod tests {
         cfg.optimizer.lr = -1.0;
         let err = cfg.validate().unwrap_err().to_string();
         assert!(err.contains("optimizer.lr"), "{err}");
+        // int8 is an inference mode: a training config that asks for it is refused
+        let mut cfg = TrainConfig::new(".", "Cargo.toml", "out");
+        cfg.encoder.quantize = infembed_encoder::Quantization::Int8;
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("encoder.quantize"), "{err}");
         let mut cfg = TrainConfig::new(".", "Cargo.toml", "out");
         cfg.batch.records = 0;
         assert!(

@@ -42,7 +42,9 @@ pub use infembed_train as train;
 /// prefers a GPU backend when one is compiled in (docs/devices.md).
 pub use burn::tensor::Device;
 pub use error::{Error, Result};
-pub use infembed_encoder::{DeviceListing, DeviceSpec, Precision, list_devices, missing_backends};
+pub use infembed_encoder::{
+    DeviceListing, DeviceSpec, Precision, Quantization, list_devices, missing_backends,
+};
 pub use infembed_eval::{
     Bm25Config, Bm25Retriever, Depth, EmbeddingIndex, EncoderRetriever, EvalConfig, EvalResults,
     EvaluatedModel, FollowIrOutcome, FollowIrReport, IndexDtype, IndexFormat, IndexWriter,

@@ -266,6 +266,71 @@ fn embed_and_search_round_trip_with_minilm() {
     assert_eq!(stdout.lines().count(), 2);
 }
 
+/// `embed --quantize int8` writes the int8 encoder's embeddings: each within cosine 0.99 of
+/// the f32 ones, not equal to them, and equal to what the library gives with
+/// `DualEncoder::set_quantization`; an unknown mode is a one-line error naming it.
+#[test]
+fn embed_quantize_int8_with_minilm() {
+    let Some(model) = model_dir("embed_quantize_int8_with_minilm") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = write_corpus(dir.path());
+    let embed = |quantize: &str, name: &str| {
+        let output = dir.path().join(name);
+        let out = run(bin()
+            .args(["embed", "--quiet", "--quantize", quantize, "--model"])
+            .arg(&model)
+            .arg("--input")
+            .arg(&corpus)
+            .arg("--output")
+            .arg(&output));
+        (out, output)
+    };
+    let (out, f32_path) = embed("none", "f32.npy");
+    assert_success(&out);
+    let (out, int8_path) = embed("int8", "int8.npy");
+    assert_success(&out);
+    let (f, q) = (
+        EmbeddingIndex::load(&f32_path).unwrap(),
+        EmbeddingIndex::load(&int8_path).unwrap(),
+    );
+    assert_eq!(f.ids, q.ids);
+    let mut encoder = DualEncoder::from_dir(&model, EncoderConfig::default(), &Device::flex())
+        .expect("model loads");
+    encoder
+        .set_quantization(infembed::Quantization::Int8)
+        .expect("int8 on the CPU");
+    let passages = [
+        "Green tea Green tea is steeped below boiling, around 80 degrees Celsius.",
+        "Espresso forces hot water through finely ground coffee at nine bars of pressure.",
+        "A bicycle chain should be cleaned and oiled every few hundred kilometres.",
+        "Sourdough rises with wild yeast and lactic acid bacteria.",
+    ];
+    let lib = tensor_rows(encoder.encode_passages(&passages).unwrap().embeddings).unwrap();
+    assert_eq!(lib.len(), f.ids.len());
+    for (i, lib_row) in lib.iter().enumerate() {
+        let (a, b) = (f.row(i), q.row(i));
+        let cos: f32 = a.iter().zip(b.iter()).map(|(x, y)| x * y).sum::<f32>()
+            / (a.iter().map(|x| x * x).sum::<f32>().sqrt()
+                * b.iter().map(|x| x * x).sum::<f32>().sqrt());
+        assert!(cos >= 0.99, "row {i}: cosine {cos}");
+        assert!(max_abs_diff(&a, &b) > 0.0, "row {i}: the int8 path ran");
+        let d = max_abs_diff(&b, lib_row);
+        assert!(d < 1e-6, "row {i}: CLI int8 vs library int8 differ by {d}");
+    }
+    let (out, _) = embed("int4", "int4.npy");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("--quantize") && stderr.contains("unknown quantization \"int4\""),
+        "{stderr}"
+    );
+}
+
 /// The tiny BERT fixture (random weights, BERT's layout): fast enough for large inputs.
 fn tiny_bert() -> PathBuf {
     infembed_testkit::workspace_root().join("crates/infembed-encoder/tests/fixtures/tiny-bert")

@@ -31,6 +31,9 @@ use rayon::prelude::*;
 
 use crate::cpu::elementwise::contiguous;
 use crate::cpu::gemm::{self, Epilogue, MatRef};
+use crate::cpu::linear::{plain_params, same_params};
+use crate::cpu::qgemm::{self, QuantizedMatrix};
+use crate::device::Quantization;
 
 /// A tensor of the plain `flex` backend as a contiguous `f32` buffer, or `None`.
 fn flex_f32<const D: usize>(t: Tensor<D>) -> Option<FlexTensor> {
@@ -93,54 +96,22 @@ pub(crate) struct QkvWeights {
     d: usize,
     w: Vec<f32>,
     b: Vec<f32>,
+    /// `w` quantized for int8 products, when the model computes in int8.
+    int8: Option<QuantizedMatrix>,
     /// The parameters' own tensors (weights then biases), held so their storage stays
     /// alive and cannot be reused at the same address while these weights are cached.
     sources: Vec<Option<FlexTensor>>,
 }
 
-/// The plain `flex` tensors of the three layers' parameters (weights, then biases), or
-/// `None` unless every parameter is one of `f32`.
-fn qkv_params(layers: [&Linear; 3]) -> Option<Vec<Option<FlexTensor>>> {
-    let plain = |t: Tensor<2>| {
-        (t.dtype() == DType::F32 && !t.device().is_autodiff())
-            .then(|| t.try_into_primitive::<Flex>().ok())
-            .flatten()
-    };
-    let mut out = Vec::with_capacity(6);
-    for layer in layers {
-        out.push(Some(plain(layer.weight.val())?));
-    }
-    for layer in layers {
-        out.push(match &layer.bias {
-            Some(p) => {
-                let b = p.val();
-                if b.dtype() != DType::F32 || b.device().is_autodiff() {
-                    return None;
-                }
-                Some(b.try_into_primitive::<Flex>().ok()?)
-            }
-            None => None,
-        });
-    }
-    Some(out)
-}
-
-/// Whether two flex tensors are the same view of the same storage.
-fn same_tensor(a: &FlexTensor, b: &FlexTensor) -> bool {
-    std::ptr::eq(a.bytes().as_ptr(), b.bytes().as_ptr())
-        && a.bytes().len() == b.bytes().len()
-        && a.layout() == b.layout()
-        && a.dtype() == b.dtype()
-}
-
 impl QkvWeights {
-    /// The three `d x d` projections `[query, key, value]` prepared for [`self_attention`], or
-    /// `None` unless their parameters are plain `flex` `f32` tensors.
+    /// The three `d x d` projections `[query, key, value]` prepared for [`self_attention`]
+    /// (their product quantized with `quantization`), or `None` unless their parameters are
+    /// plain `flex` `f32` tensors.
     ///
     /// # Panics
     /// When a projection is not `d x d` (a shape contract of the caller).
-    pub(crate) fn new(layers: [&Linear; 3], d: usize) -> Option<Self> {
-        let sources = qkv_params(layers)?;
+    pub(crate) fn new(layers: [&Linear; 3], d: usize, quantization: Quantization) -> Option<Self> {
+        let sources = plain_params(&layers)?;
         let d3 = 3 * d;
         // [d, 3d]: the three weights side by side, and their biases
         let mut w = vec![0f32; d * d3];
@@ -163,20 +134,29 @@ impl QkvWeights {
                 b[part * d..(part + 1) * d].copy_from_slice(&bt.storage::<f32>()[..d]);
             }
         }
-        Some(Self { d, w, b, sources })
+        let int8 = (quantization == Quantization::Int8)
+            .then(|| QuantizedMatrix::new(MatRef::row_major(&w, d, d3)));
+        Some(Self {
+            d,
+            w,
+            b,
+            int8,
+            sources,
+        })
+    }
+
+    /// How the projection computes.
+    pub(crate) fn quantization(&self) -> Quantization {
+        match self.int8 {
+            Some(_) => Quantization::Int8,
+            None => Quantization::None,
+        }
     }
 
     /// Whether these weights were built from exactly the parameters `layers` holds now (same
     /// storage, same view), so that they still equal a fresh [`Self::new`].
     pub(crate) fn built_from(&self, layers: [&Linear; 3]) -> bool {
-        qkv_params(layers).is_some_and(|now| {
-            now.len() == self.sources.len()
-                && now.iter().zip(&self.sources).all(|(a, b)| match (a, b) {
-                    (Some(a), Some(b)) => same_tensor(a, b),
-                    (None, None) => true,
-                    _ => false,
-                })
-        })
+        plain_params(&layers).is_some_and(|now| same_params(&now, &self.sources))
     }
 }
 
@@ -213,15 +193,15 @@ pub(crate) fn self_attention(
     let d3 = 3 * d;
     let (w_qkv, b_qkv) = (&qkv_weights.w, &qkv_weights.b);
     let mut qkv = vec![0f32; t * d3];
-    gemm::gemm(
-        MatRef::row_major(&xf.storage::<f32>()[..t * d], t, d),
-        MatRef::row_major(w_qkv, d, d3),
-        &mut qkv,
-        Epilogue {
-            bias: Some(b_qkv),
-            ..Epilogue::default()
-        },
-    );
+    let x_rows = MatRef::row_major(&xf.storage::<f32>()[..t * d], t, d);
+    let epilogue = Epilogue {
+        bias: Some(b_qkv),
+        ..Epilogue::default()
+    };
+    match &qkv_weights.int8 {
+        Some(q) => qgemm::qgemm(x_rows, q, &mut qkv, epilogue),
+        None => gemm::gemm(x_rows, MatRef::row_major(w_qkv, d, d3), &mut qkv, epilogue),
+    }
     let dh = d / heads;
     let scale = 1.0 / (dh as f32).sqrt();
     let mut ctx = vec![0f32; t * d];
@@ -587,16 +567,24 @@ mod tests {
             .map(|i| (i / l == 1 && i % l >= 5) || (i / l == 2 && i % l >= 1) || i / l == 3)
             .collect();
         let packing = Packing::new(&pad, b, l, &device);
-        let qkv = QkvWeights::new([&layers[0], &layers[1], &layers[2]], d).expect("flex f32");
-        let ours = self_attention(&packing.pack(x.clone()), &qkv, heads, packing.offsets())
-            .expect("flex f32");
         let q = split_heads(layers[0].forward(x.clone()), heads);
         let k = split_heads(layers[1].forward(x.clone()), heads);
         let v = split_heads(layers[2].forward(x.clone()), heads);
         let pad_t = Tensor::<2, Bool>::from_data(TensorData::new(pad, [b, l]), &device);
-        let want = merge_heads(attend(q, k, v, key_padding_mask(pad_t), false));
-        let diff = max_diff(&values(ours), &values(packing.pack(want)));
-        assert!(diff < 2e-5, "max difference {diff}");
+        let want =
+            values(packing.pack(merge_heads(attend(q, k, v, key_padding_mask(pad_t), false))));
+        // f32 to rounding; int8 projections within their quantization error (the context
+        // values are about 0.3 in magnitude; 8-bit activations and weights move them by
+        // about 1%)
+        for (quantization, tolerance) in [(Quantization::None, 2e-5), (Quantization::Int8, 0.03)] {
+            let layers = [&layers[0], &layers[1], &layers[2]];
+            let qkv = QkvWeights::new(layers, d, quantization).expect("flex f32");
+            assert_eq!(qkv.quantization(), quantization);
+            let ours = self_attention(&packing.pack(x.clone()), &qkv, heads, packing.offsets())
+                .expect("flex f32");
+            let diff = max_diff(&values(ours), &want);
+            assert!(diff < tolerance, "{quantization}: max difference {diff}");
+        }
     }
 
     /// Values and gradients of q, k, v equal those of the spelled-out attention on the padded
@@ -683,9 +671,10 @@ mod tests {
     fn declines_autodiff_tensors() {
         let device = Device::flex().autodiff();
         let layer = LinearConfig::new(8, 8).init(&device);
-        assert!(QkvWeights::new([&layer, &layer, &layer], 8).is_none());
+        assert!(QkvWeights::new([&layer, &layer, &layer], 8, Quantization::None).is_none());
         let plain = LinearConfig::new(8, 8).init(&Device::flex());
-        let qkv = QkvWeights::new([&plain, &plain, &plain], 8).expect("flex f32");
+        let qkv =
+            QkvWeights::new([&plain, &plain, &plain], 8, Quantization::None).expect("flex f32");
         let x = Tensor::<2>::zeros([2, 8], &device);
         assert!(self_attention(&x, &qkv, 2, &[0, 2]).is_none());
     }
@@ -699,7 +688,7 @@ mod tests {
         device.seed(8);
         let lin = || LinearConfig::new(8, 8).init(&device);
         let (q, k, v) = (lin(), lin(), lin());
-        let qkv = QkvWeights::new([&q, &k, &v], 8).expect("flex f32");
+        let qkv = QkvWeights::new([&q, &k, &v], 8, Quantization::None).expect("flex f32");
         assert!(qkv.built_from([&q, &k, &v]));
         let (q2, k2, v2) = (q.clone(), k.clone(), v.clone());
         assert!(
@@ -709,7 +698,7 @@ mod tests {
         assert!(!qkv.built_from([&k, &q, &v]), "other order");
         let stepped = q.clone().map(&mut Scale(0.5));
         assert!(!qkv.built_from([&stepped, &k, &v]), "updated weights");
-        let rebuilt = QkvWeights::new([&stepped, &k, &v], 8).expect("flex f32");
+        let rebuilt = QkvWeights::new([&stepped, &k, &v], 8, Quantization::None).expect("flex f32");
         assert!(rebuilt.built_from([&stepped, &k, &v]));
         assert_ne!(rebuilt.w, qkv.w);
     }

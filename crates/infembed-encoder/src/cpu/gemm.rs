@@ -28,15 +28,15 @@ use std::cell::Cell;
 
 /// The instruction set of the fast micro-kernel: AVX2 + FMA on x86-64.
 #[cfg(target_arch = "x86_64")]
-type Fast = V3;
+pub(crate) type Fast = V3;
 
 /// Elsewhere the portable kernel runs (a placeholder that is never constructed).
 #[cfg(not(target_arch = "x86_64"))]
 #[derive(Clone, Copy)]
-struct Fast;
+pub(crate) struct Fast;
 
 /// The fast instruction set, when this processor has it.
-fn detect() -> Option<Fast> {
+pub(crate) fn detect() -> Option<Fast> {
     #[cfg(target_arch = "x86_64")]
     {
         V3::try_new()
@@ -119,8 +119,14 @@ impl<'a> MatRef<'a> {
         self.cols
     }
 
+    /// Row `i` as a slice, when the columns are contiguous.
     #[inline(always)]
-    fn at(&self, i: usize, j: usize) -> f32 {
+    pub(crate) fn row(&self, i: usize) -> Option<&'a [f32]> {
+        (self.cs == 1).then(|| &self.data[i * self.rs..i * self.rs + self.cols])
+    }
+
+    #[inline(always)]
+    pub(crate) fn at(&self, i: usize, j: usize) -> f32 {
         self.data[i * self.rs + j * self.cs]
     }
 }
@@ -490,20 +496,32 @@ impl BlockTask<'_, '_> {
                     }
                     for (r, acc_row) in acc.iter().enumerate().take(height) {
                         let start = (r0 + r) * ldc + j0;
-                        let out = &mut c[start..start + width];
-                        match (simd, out.len() == NR) {
-                            #[cfg(target_arch = "x86_64")]
-                            (Some(simd), true) => {
-                                let full: &mut [f32; NR] = out.try_into().expect("NR columns");
-                                write_row_v3(simd, full, acc_row, j0, ep);
-                            }
-                            _ => write_tile_row(out, acc_row, j0, ep),
-                        }
+                        epilogue_row(simd, &mut c[start..start + width], acc_row, j0, ep);
                     }
                 }
             }
         }
         keep(&SCRATCH_A, packed_a);
+    }
+}
+
+/// Writes one row of `NR` computed columns (the first `out.len()` of them valid, starting at
+/// column `j0`) through the epilogue: on AVX vectors for a full row when `simd` holds AVX2.
+#[inline(always)]
+pub(crate) fn epilogue_row(
+    simd: Option<Fast>,
+    out: &mut [f32],
+    acc: &[f32; NR],
+    j0: usize,
+    ep: Epilogue<'_>,
+) {
+    match (simd, out.len() == NR) {
+        #[cfg(target_arch = "x86_64")]
+        (Some(simd), true) => {
+            let full: &mut [f32; NR] = out.try_into().expect("NR columns");
+            write_row_v3(simd, full, acc, j0, ep);
+        }
+        _ => write_tile_row(out, acc, j0, ep),
     }
 }
 

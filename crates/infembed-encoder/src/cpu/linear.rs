@@ -23,6 +23,7 @@ use rayon::prelude::*;
 
 use crate::cpu::elementwise::{self, contiguous};
 use crate::cpu::gemm::{self, Activation, Epilogue, MatRef};
+use crate::cpu::qgemm::{self, QuantizedMatrix};
 
 /// `act(layer.forward(x))` through [`gemm`](crate::cpu::gemm) with the bias and activation in
 /// the product's epilogue (and, on an autodiff device, this module's backward step), when `x`
@@ -106,6 +107,136 @@ pub(crate) fn try_linear<const D: usize>(
         &wf,
         bf.as_ref(),
         act,
+    )))
+}
+
+/// The plain `flex` tensors of `layers`' parameters (all weights, then all biases), or `None`
+/// unless every parameter is an `f32` tensor off any autodiff graph.
+pub(crate) fn plain_params(layers: &[&Linear]) -> Option<Vec<Option<FlexTensor>>> {
+    let plain = |t: Tensor<2>| {
+        (t.dtype() == DType::F32 && !t.device().is_autodiff())
+            .then(|| t.try_into_primitive::<Flex>().ok())
+            .flatten()
+    };
+    let mut out = Vec::with_capacity(2 * layers.len());
+    for layer in layers {
+        out.push(Some(plain(layer.weight.val())?));
+    }
+    for layer in layers {
+        out.push(match &layer.bias {
+            Some(p) => {
+                let b = p.val();
+                if b.dtype() != DType::F32 || b.device().is_autodiff() {
+                    return None;
+                }
+                Some(b.try_into_primitive::<Flex>().ok()?)
+            }
+            None => None,
+        });
+    }
+    Some(out)
+}
+
+/// Whether two lists from [`plain_params`] hold the same views of the same storage, so that
+/// weights prepared from one still equal weights prepared from the other.
+pub(crate) fn same_params(a: &[Option<FlexTensor>], b: &[Option<FlexTensor>]) -> bool {
+    let same = |a: &FlexTensor, b: &FlexTensor| {
+        std::ptr::eq(a.bytes().as_ptr(), b.bytes().as_ptr())
+            && a.bytes().len() == b.bytes().len()
+            && a.layout() == b.layout()
+            && a.dtype() == b.dtype()
+    };
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| match (a, b) {
+            (Some(a), Some(b)) => same(a, b),
+            (None, None) => true,
+            _ => false,
+        })
+}
+
+/// A linear layer prepared for int8 products ([`crate::cpu::qgemm`]): its weight quantized
+/// per output channel, its bias kept in `f32`.
+pub(crate) struct Int8Linear {
+    weight: QuantizedMatrix,
+    bias: Option<Vec<f32>>,
+    /// The parameters' own tensors, held so their storage stays alive and cannot be reused
+    /// at the same address while this is cached ([`Int8Linear::built_from`]).
+    sources: Vec<Option<FlexTensor>>,
+}
+
+impl std::fmt::Debug for Int8Linear {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Int8Linear")
+            .field("weight", &self.weight)
+            .field("bias", &self.bias.is_some())
+            .finish()
+    }
+}
+
+impl Int8Linear {
+    /// `layer` quantized, or `None` unless its parameters are plain `flex` `f32` tensors.
+    pub(crate) fn new(layer: &Linear) -> Option<Self> {
+        let sources = plain_params(&[layer])?;
+        let weight = sources[0]
+            .as_ref()
+            .map(|w| with_matrix(w, QuantizedMatrix::new))?;
+        let bias = sources[1]
+            .as_ref()
+            .map(|b| contiguous(b.clone()).storage::<f32>()[..weight.cols()].to_vec());
+        Some(Self {
+            weight,
+            bias,
+            sources,
+        })
+    }
+
+    /// Whether this was built from exactly the parameters `layer` holds now.
+    pub(crate) fn built_from(&self, layer: &Linear) -> bool {
+        plain_params(&[layer]).is_some_and(|now| same_params(&now, &self.sources))
+    }
+}
+
+/// `act(layer.forward(x))` through the int8 product of `layer`'s prepared weights, when `x`
+/// is a plain `flex` `f32` tensor (not on an autodiff graph); anything else is handed back
+/// as `Err(x)`.
+///
+/// # Shapes
+/// - `x`: `[..., d_input]`
+/// - output: `[..., d_output]`
+pub(crate) fn try_linear_int8<const D: usize>(
+    layer: &Int8Linear,
+    x: Tensor<D>,
+    act: Activation,
+) -> Result<Tensor<D>, Tensor<D>> {
+    if x.dtype() != DType::F32 || x.device().is_autodiff() {
+        return Err(x);
+    }
+    let xf = match x.clone().try_into_primitive::<Flex>() {
+        Ok(xf) => contiguous(xf),
+        Err(_) => return Err(x),
+    };
+    drop(x);
+    let d_out = layer.weight.cols();
+    let (rows, d_in, out_shape) = rows_of(&xf, d_out);
+    assert_eq!(
+        d_in,
+        layer.weight.rows(),
+        "linear: the input's last dimension is {d_in}, the weight expects {}",
+        layer.weight.rows()
+    );
+    let mut out = vec![0f32; rows * d_out];
+    qgemm::qgemm(
+        MatRef::row_major(&xf.storage::<f32>()[..rows * d_in], rows, d_in),
+        &layer.weight,
+        &mut out,
+        Epilogue {
+            bias: layer.bias.as_deref(),
+            accumulate: false,
+            activation: act,
+        },
+    );
+    Ok(Tensor::from_primitive::<Flex>(FlexTensor::from_data(
+        TensorData::new(out, out_shape),
     )))
 }
 

@@ -7,10 +7,11 @@
 //! - [`elementwise`]: exact GELU and dropout, vectorized and threaded, with their backward steps;
 //! - [`linear`]: linear layers (optionally with GELU) through [`gemm`], with their backward step;
 //! - [`norm`]: LayerNorm as one autodiff operation;
-//! - [`attention`]: the packed self-attention of the BERT family, for inference and training.
+//! - [`attention`]: the packed self-attention of the BERT family, for inference and training;
+//! - [`qgemm`]: the int8 product of inference with `quantize = "int8"` (docs/int8.md).
 //!
-//! Each kernel chooses its code path at run time from the processor's features (AVX2/FMA
-//! through `pulp`'s safe wrappers, a portable loop otherwise). Benchmarks reach the matrix
+//! Each kernel chooses its code path at run time from the processor's features (AVX2/FMA, and
+//! AVX-512 / VNNI for int8, through `pulp`'s safe wrappers; a portable loop otherwise). Benchmarks reach the matrix
 //! product through the `bench-internals` cargo feature ([`crate::bench_internals`]).
 
 /// Whether tensors on `device` reach this wing's kernels without autodiff: burn's `flex`
@@ -30,3 +31,4 @@ pub(crate) mod gemm;
 pub(crate) mod linear;
 #[allow(clippy::result_large_err)]
 pub(crate) mod norm;
+pub(crate) mod qgemm;

@@ -10,6 +10,7 @@ use super::config::ArchitectureConfig;
 use super::decoder::DecoderModel;
 use super::input::BackboneInput;
 use super::modernbert::{self, ModernBertModel};
+use crate::device::Quantization;
 use crate::error::Result;
 use crate::weights;
 
@@ -45,6 +46,17 @@ impl Backbone {
             Self::Bert(m) => m.forward(input),
             Self::ModernBert(m) => m.forward(input),
             Self::Decoder(m) => m.forward(input),
+        }
+    }
+
+    /// Computes the backbone's linear layers with `quantization` at inference on the CPU
+    /// (`flex`), their int8 weights prepared now; elsewhere (a GPU, an autodiff graph) they
+    /// keep computing in the device's float type.
+    pub fn set_quantization(&self, quantization: Quantization) {
+        match self {
+            Self::Bert(m) => m.set_quantization(quantization),
+            Self::ModernBert(m) => m.set_quantization(quantization),
+            Self::Decoder(m) => m.set_quantization(quantization),
         }
     }
 

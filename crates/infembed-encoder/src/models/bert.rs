@@ -11,8 +11,9 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::input::BackboneInput;
+use crate::device::Quantization;
 use crate::error::{Error, Result};
-use crate::ops::{self, FusedQkv, dropout, layer_norm, linear, linear_gelu};
+use crate::ops::{self, FusedQkv, QuantSlot, dropout, layer_norm, linear_gelu_q, linear_q};
 use crate::weights;
 
 /// Hyper-parameters of a BERT checkpoint, as in its Hugging Face `config.json`.
@@ -135,15 +136,18 @@ impl BertConfig {
                                 dense: lin(d, d),
                                 layer_norm: ln(),
                                 dropout: drop(),
+                                dense_int8: QuantSlot::default(),
                             },
                         },
                         intermediate: BertIntermediate {
                             dense: lin(d, self.intermediate_size),
+                            dense_int8: QuantSlot::default(),
                         },
                         output: BertResidualOutput {
                             dense: lin(self.intermediate_size, d),
                             layer_norm: ln(),
                             dropout: drop(),
+                            dense_int8: QuantSlot::default(),
                         },
                     })
                     .collect(),
@@ -280,6 +284,9 @@ pub struct BertResidualOutput {
     pub layer_norm: LayerNorm,
     /// Dropout (training only).
     pub dropout: Dropout,
+    /// How `dense` computes at inference (no parameters).
+    #[module(skip)]
+    dense_int8: QuantSlot,
 }
 
 /// Feed-forward expansion with GELU.
@@ -287,6 +294,9 @@ pub struct BertResidualOutput {
 pub struct BertIntermediate {
     /// Projection to the intermediate width.
     pub dense: Linear,
+    /// How `dense` computes at inference (no parameters).
+    #[module(skip)]
+    dense_int8: QuantSlot,
 }
 
 /// BERT's pooler head.
@@ -298,12 +308,29 @@ pub struct BertPooler {
 
 impl BertResidualOutput {
     fn forward<const D: usize>(&self, x: Tensor<D>, residual: Tensor<D>, eps: f64) -> Tensor<D> {
-        let x = dropout(&self.dropout, linear(&self.dense, x));
+        let x = dropout(&self.dropout, linear_q(&self.dense, &self.dense_int8, x));
         layer_norm(&self.layer_norm, eps, x + residual)
     }
 }
 
 impl BertModel {
+    /// Computes the linear layers of every transformer layer (query, key, value, attention
+    /// output, both feed-forward projections) with `quantization` at inference on the CPU,
+    /// their int8 weights prepared now. The embeddings and the pooler stay `f32`.
+    pub fn set_quantization(&self, quantization: Quantization) {
+        for layer in &self.encoder.layer {
+            let a = &layer.attention.self_attn;
+            a.fused
+                .set_quantization(quantization, [&a.query, &a.key, &a.value]);
+            let o = &layer.attention.output;
+            o.dense_int8.set(quantization, &o.dense);
+            let i = &layer.intermediate;
+            i.dense_int8.set(quantization, &i.dense);
+            let o = &layer.output;
+            o.dense_int8.set(quantization, &o.dense);
+        }
+    }
+
     /// Hidden states of the last layer, `[B, L, d]`, zeros on padding positions.
     ///
     /// The batch runs packed: only its real tokens, stacked as `[T, d]` rows, go through the
@@ -334,7 +361,8 @@ impl BertModel {
         for layer in &self.encoder.layer {
             let ctx = layer.attention.self_attn.forward(&x, packing);
             let h = layer.attention.output.forward(ctx, x, eps);
-            let inner = linear_gelu(&layer.intermediate.dense, h.clone());
+            let inter = &layer.intermediate;
+            let inner = linear_gelu_q(&inter.dense, &inter.dense_int8, h.clone());
             x = layer.output.forward(inner, h, eps);
         }
         packing.unpack(x)

@@ -17,8 +17,9 @@ use serde::{Deserialize, Serialize};
 use super::input::BackboneInput;
 pub use super::rope::Llama3RopeScaling;
 use super::rope::{RopeTables, inverse_frequencies};
+use crate::device::Quantization;
 use crate::error::{Error, Result};
-use crate::ops::{attention, key_padding_mask, linear, merge_heads, split_heads};
+use crate::ops::{QuantSlot, attention, key_padding_mask, linear_q, merge_heads, split_heads};
 use crate::weights;
 
 /// Which decoder family.
@@ -277,12 +278,14 @@ impl DecoderConfig {
                         o_proj: lin(self.num_attention_heads * dh, d, o_bias),
                         heads: self.num_attention_heads,
                         kv_heads: self.kv_heads(),
+                        int8: Default::default(),
                     },
                     post_attention_layernorm: norm(),
                     mlp: SwiGlu {
                         gate_proj: lin(d, self.intermediate_size, mlp_bias),
                         up_proj: lin(d, self.intermediate_size, mlp_bias),
                         down_proj: lin(self.intermediate_size, d, mlp_bias),
+                        int8: Default::default(),
                     },
                 })
                 .collect(),
@@ -362,6 +365,9 @@ pub struct DecoderAttention {
     pub heads: usize,
     /// Key/value heads.
     pub kv_heads: usize,
+    /// How `q_proj`, `k_proj`, `v_proj` and `o_proj` compute at inference (no parameters).
+    #[module(skip)]
+    int8: [QuantSlot; 4],
 }
 
 /// `down(silu(gate(x)) * up(x))`.
@@ -373,9 +379,31 @@ pub struct SwiGlu {
     pub up_proj: Linear,
     /// Down projection.
     pub down_proj: Linear,
+    /// How `gate_proj`, `up_proj` and `down_proj` compute at inference (no parameters).
+    #[module(skip)]
+    int8: [QuantSlot; 3],
 }
 
 impl DecoderModel {
+    /// Computes every layer's seven linear layers with `quantization` at inference on the
+    /// CPU, their int8 weights prepared now. Embeddings and norms stay `f32`.
+    pub fn set_quantization(&self, quantization: Quantization) {
+        for layer in &self.layers {
+            let a = &layer.self_attn;
+            for (slot, l) in a
+                .int8
+                .iter()
+                .zip([&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj])
+            {
+                slot.set(quantization, l);
+            }
+            let m = &layer.mlp;
+            for (slot, l) in m.int8.iter().zip([&m.gate_proj, &m.up_proj, &m.down_proj]) {
+                slot.set(quantization, l);
+            }
+        }
+    }
+
     /// Last-layer hidden states `[B, L, d]` (after the final norm) of a left-padded batch.
     pub fn forward(&self, input: &BackboneInput) -> Tensor<3> {
         let [_, l] = input.input_ids.dims();
@@ -386,18 +414,19 @@ impl DecoderModel {
         let mut x = self.embed_tokens.forward(input.input_ids.clone());
         for layer in &self.layers {
             let a = &layer.self_attn;
+            let [q8, k8, v8, o8] = &a.int8;
             let h = layer.input_layernorm.forward(x.clone());
-            let q = rope.apply(split_heads(linear(&a.q_proj, h.clone()), a.heads));
-            let k = rope.apply(split_heads(linear(&a.k_proj, h.clone()), a.kv_heads));
-            let v = split_heads(linear(&a.v_proj, h), a.kv_heads);
+            let q = rope.apply(split_heads(linear_q(&a.q_proj, q8, h.clone()), a.heads));
+            let k = rope.apply(split_heads(linear_q(&a.k_proj, k8, h.clone()), a.kv_heads));
+            let v = split_heads(linear_q(&a.v_proj, v8, h), a.kv_heads);
             let ctx = merge_heads(attention(q, k, v, mask.clone(), true));
-            x = x + linear(&a.o_proj, ctx);
+            x = x + linear_q(&a.o_proj, o8, ctx);
             let h = layer.post_attention_layernorm.forward(x.clone());
             let m = &layer.mlp;
-            x = x + linear(
-                &m.down_proj,
-                silu(linear(&m.gate_proj, h.clone())) * linear(&m.up_proj, h),
-            );
+            let [gate8, up8, down8] = &m.int8;
+            let gated =
+                silu(linear_q(&m.gate_proj, gate8, h.clone())) * linear_q(&m.up_proj, up8, h);
+            x = x + linear_q(&m.down_proj, down8, gated);
         }
         self.norm.forward(x)
     }

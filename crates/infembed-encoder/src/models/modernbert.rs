@@ -9,8 +9,11 @@ use serde::{Deserialize, Serialize};
 
 use super::input::BackboneInput;
 use super::rope::RopeTables;
+use crate::device::Quantization;
 use crate::error::{Error, Result};
-use crate::ops::{attention, gelu, key_padding_mask, linear, merge_heads, split_heads};
+use crate::ops::{
+    QuantSlot, attention, gelu, key_padding_mask, linear_q, merge_heads, split_heads,
+};
 use crate::weights;
 
 /// Hyper-parameters of a ModernBERT checkpoint (`config.json`, either the original field
@@ -175,11 +178,15 @@ impl ModernBertConfig {
                             heads: self.num_attention_heads,
                             window: if global { 0 } else { self.local_attention / 2 },
                             theta: self.theta(global),
+                            wqkv_int8: QuantSlot::default(),
+                            wo_int8: QuantSlot::default(),
                         },
                         mlp_norm: ln(),
                         mlp: ModernBertMlp {
                             wi: lin(d, 2 * self.intermediate_size, self.mlp_bias),
                             wo: lin(self.intermediate_size, d, self.mlp_bias),
+                            wi_int8: QuantSlot::default(),
+                            wo_int8: QuantSlot::default(),
                         },
                     }
                 })
@@ -260,6 +267,12 @@ pub struct ModernBertAttention {
     pub window: usize,
     /// Rotary base.
     pub theta: f64,
+    /// How `wqkv` computes at inference (no parameters).
+    #[module(skip)]
+    wqkv_int8: QuantSlot,
+    /// How `wo` computes at inference (no parameters).
+    #[module(skip)]
+    wo_int8: QuantSlot,
 }
 
 /// `Wo(gelu(input) * gate)` with `input, gate = Wi(x).chunk(2)`.
@@ -269,9 +282,27 @@ pub struct ModernBertMlp {
     pub wi: Linear,
     /// Output projection.
     pub wo: Linear,
+    /// How `wi` computes at inference (no parameters).
+    #[module(skip)]
+    wi_int8: QuantSlot,
+    /// How `wo` computes at inference (no parameters).
+    #[module(skip)]
+    wo_int8: QuantSlot,
 }
 
 impl ModernBertModel {
+    /// Computes every layer's four linear layers with `quantization` at inference on the
+    /// CPU, their int8 weights prepared now. Embeddings and norms stay `f32`.
+    pub fn set_quantization(&self, quantization: Quantization) {
+        for layer in &self.layers {
+            let (a, m) = (&layer.attn, &layer.mlp);
+            a.wqkv_int8.set(quantization, &a.wqkv);
+            a.wo_int8.set(quantization, &a.wo);
+            m.wi_int8.set(quantization, &m.wi);
+            m.wo_int8.set(quantization, &m.wo);
+        }
+    }
+
     /// Last-layer hidden states `[B, L, d]` (after the final norm) of a right-padded batch.
     pub fn forward(&self, input: &BackboneInput) -> Tensor<3> {
         let [_, l] = input.input_ids.dims();
@@ -295,7 +326,7 @@ impl ModernBertModel {
                 None => x.clone(),
             };
             let [b, _, d] = h.dims();
-            let qkv = linear(&a.wqkv, h);
+            let qkv = linear_q(&a.wqkv, &a.wqkv_int8, h);
             let q = qkv.clone().slice([0..b, 0..l, 0..d]);
             let k = qkv.clone().slice([0..b, 0..l, d..2 * d]);
             let v = qkv.slice([0..b, 0..l, 2 * d..3 * d]);
@@ -311,14 +342,15 @@ impl ModernBertModel {
                     .bool_or(pad_mask.clone())
             };
             let ctx = merge_heads(attention(q, k, v, mask, false));
-            x = x + linear(&a.wo, ctx);
+            x = x + linear_q(&a.wo, &a.wo_int8, ctx);
             let h = layer.mlp_norm.forward(x.clone());
             let [b, _, _] = h.dims();
             let inter = layer.mlp.wo.weight.dims()[0];
-            let wi = linear(&layer.mlp.wi, h);
+            let m = &layer.mlp;
+            let wi = linear_q(&m.wi, &m.wi_int8, h);
             let input_half = wi.clone().slice([0..b, 0..l, 0..inter]);
             let gate = wi.slice([0..b, 0..l, inter..2 * inter]);
-            x = x + linear(&layer.mlp.wo, gelu(input_half) * gate);
+            x = x + linear_q(&m.wo, &m.wo_int8, gelu(input_half) * gate);
         }
         self.final_norm.forward(x)
     }

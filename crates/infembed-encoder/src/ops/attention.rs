@@ -12,6 +12,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 
 use super::{Packing, dropout, linear};
 use crate::cpu::attention::{self as kernel, QkvWeights};
+use crate::device::Quantization;
 
 /// A key-padding mask for attention: `[B, 1, L, L]`, `true` where the KEY is padding.
 ///
@@ -123,18 +124,15 @@ fn attend_decomposed(
 /// optimizer step, a load, a move to another device); they are no parameters themselves
 /// (neither trained nor saved).
 #[derive(Clone, Default)]
-pub(crate) struct FusedQkv(Arc<Mutex<Option<Arc<QkvWeights>>>>);
+pub(crate) struct FusedQkv(Arc<Mutex<(Quantization, Option<Arc<QkvWeights>>)>>);
 
 impl std::fmt::Debug for FusedQkv {
     // the prepared weights are as large as the projections: say only whether they are there
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let prepared = self
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some();
+        let slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         f.debug_struct("FusedQkv")
-            .field("prepared", &prepared)
+            .field("quantization", &slot.0)
+            .field("prepared", &slot.1.is_some())
             .finish()
     }
 }
@@ -144,12 +142,31 @@ impl FusedQkv {
     /// `None` unless the parameters are plain `flex` `f32` tensors.
     fn get(&self, layers: [&Linear; 3], d: usize) -> Option<Arc<QkvWeights>> {
         let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(w) = slot.as_ref().filter(|w| w.built_from(layers)) {
+        let quantization = slot.0;
+        if let Some(w) = slot
+            .1
+            .as_ref()
+            .filter(|w| w.quantization() == quantization && w.built_from(layers))
+        {
             return Some(Arc::clone(w));
         }
-        let w = Arc::new(QkvWeights::new(layers, d)?);
-        *slot = Some(Arc::clone(&w));
+        let w = Arc::new(QkvWeights::new(layers, d, quantization)?);
+        slot.1 = Some(Arc::clone(&w));
         Some(w)
+    }
+
+    /// Computes the projections with `quantization` from now on, their weights prepared now
+    /// (when they are plain `flex` `f32` tensors).
+    pub(crate) fn set_quantization(&self, quantization: Quantization, layers: [&Linear; 3]) {
+        {
+            let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            slot.0 = quantization;
+            slot.1 = None;
+        }
+        let d = layers[0].weight.dims()[0];
+        if layers.iter().all(|l| l.weight.dims() == [d, d]) {
+            self.get(layers, d);
+        }
     }
 }
 
@@ -276,7 +293,7 @@ mod tests {
                 "autodiff {}: differs by {diff}",
                 device.is_autodiff()
             );
-            let prepared = fused.0.lock().expect("lock").is_some();
+            let prepared = fused.0.lock().expect("lock").1.is_some();
             assert_eq!(
                 prepared,
                 !device.is_autodiff(),

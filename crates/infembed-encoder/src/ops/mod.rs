@@ -22,10 +22,13 @@ pub(crate) use attention::{
 };
 pub(crate) use packing::Packing;
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use crate::cpu::elementwise::{try_dropout, try_gelu};
 use crate::cpu::gemm::Activation;
-use crate::cpu::linear::try_linear;
+use crate::cpu::linear::{Int8Linear, try_linear, try_linear_int8};
 use crate::cpu::norm::try_layer_norm;
+use crate::device::Quantization;
 
 /// `layer.forward(x)`: `x W + b` over the last dimension of `x`.
 ///
@@ -44,6 +47,101 @@ pub(crate) fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> 
 /// - output: `[..., d_output]`
 pub(crate) fn linear_gelu<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
     try_linear(layer, x, Activation::Gelu).unwrap_or_else(|x| gelu(layer.forward(x)))
+}
+
+/// How one linear layer computes at inference ([`Quantization`]), with its int8 weights when
+/// it computes in int8: kept by the module that owns the layer (a `#[module(skip)]` field,
+/// shared by the module's clones), built once by [`QuantSlot::set`] and rebuilt only when the
+/// layer's parameters are no longer those it was built from. Neither trained nor saved.
+#[derive(Clone, Default)]
+pub(crate) struct QuantSlot(Arc<Mutex<(Quantization, Option<Arc<Int8Linear>>)>>);
+
+impl std::fmt::Debug for QuantSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("QuantSlot")
+            .field("quantization", &slot.0)
+            .field("prepared", &slot.1.is_some())
+            .finish()
+    }
+}
+
+impl QuantSlot {
+    /// Computes `layer` with `quantization` from now on, its int8 weights prepared now (when
+    /// its parameters are plain `flex` `f32` tensors).
+    pub(crate) fn set(&self, quantization: Quantization, layer: &Linear) {
+        {
+            let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            slot.0 = quantization;
+            slot.1 = None;
+        }
+        self.int8(layer);
+    }
+
+    /// The int8 weights of `layer` when it computes in int8 and its parameters are plain
+    /// `flex` `f32` tensors (built now when missing or stale).
+    fn int8(&self, layer: &Linear) -> Option<Arc<Int8Linear>> {
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.0 != Quantization::Int8 {
+            return None;
+        }
+        if let Some(q) = slot.1.as_ref().filter(|q| q.built_from(layer)) {
+            return Some(Arc::clone(q));
+        }
+        let q = Arc::new(Int8Linear::new(layer)?);
+        slot.1 = Some(Arc::clone(&q));
+        Some(q)
+    }
+}
+
+/// [`linear`], through int8 products when `slot` says so and `x` is a plain `flex` tensor
+/// (inference on the CPU).
+///
+/// # Shapes
+/// - `x`: `[..., d_input]`
+/// - output: `[..., d_output]`
+pub(crate) fn linear_q<const D: usize>(
+    layer: &Linear,
+    slot: &QuantSlot,
+    x: Tensor<D>,
+) -> Tensor<D> {
+    linear_act(layer, slot, x, Activation::Identity)
+}
+
+/// [`linear_gelu`], through int8 products as [`linear_q`].
+///
+/// # Shapes
+/// - `x`: `[..., d_input]`
+/// - output: `[..., d_output]`
+pub(crate) fn linear_gelu_q<const D: usize>(
+    layer: &Linear,
+    slot: &QuantSlot,
+    x: Tensor<D>,
+) -> Tensor<D> {
+    linear_act(layer, slot, x, Activation::Gelu)
+}
+
+fn linear_act<const D: usize>(
+    layer: &Linear,
+    slot: &QuantSlot,
+    x: Tensor<D>,
+    act: Activation,
+) -> Tensor<D> {
+    let x = if x.device().is_autodiff() {
+        x
+    } else {
+        match slot.int8(layer) {
+            Some(q) => match try_linear_int8(&q, x, act) {
+                Ok(y) => return y,
+                Err(x) => x,
+            },
+            None => x,
+        }
+    };
+    match act {
+        Activation::Identity => linear(layer, x),
+        Activation::Gelu => linear_gelu(layer, x),
+    }
 }
 
 /// Exact (erf) GELU, `x * Phi(x)`, as [`activation::gelu`], with its exact derivative.

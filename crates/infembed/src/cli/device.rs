@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use infembed::{Device, DeviceSpec, Precision};
+use infembed::{Device, DeviceSpec, Precision, Quantization};
 
 /// Where a command's model runs.
 #[derive(Args, Clone, Debug)]
@@ -14,6 +14,11 @@ pub struct DeviceArgs {
     /// Float type on a GPU device: f32 (the default), bf16 or f16. The CPU computes in f32.
     #[arg(long, default_value = "f32", value_parser = parse_precision)]
     pub dtype: Precision,
+    /// `int8`: the linear layers compute through int8 products on the CPU (weights quantized
+    /// per output channel at load, activations per token); `none`: f32. Overrides the
+    /// encoder config's `quantize` (docs/int8.md).
+    #[arg(long, value_parser = parse_quantization)]
+    pub quantize: Option<Quantization>,
 }
 
 impl DeviceArgs {
@@ -47,6 +52,11 @@ impl TrainDeviceArgs {
 }
 
 fn parse_device(text: &str) -> std::result::Result<DeviceSpec, String> {
+    text.parse()
+        .map_err(|e: infembed::encoder::Error| e.to_string())
+}
+
+fn parse_quantization(text: &str) -> std::result::Result<Quantization, String> {
     text.parse()
         .map_err(|e: infembed::encoder::Error| e.to_string())
 }

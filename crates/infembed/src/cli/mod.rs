@@ -90,7 +90,11 @@ fn load_encoder(
         Some(path) => Some(EncoderConfig::from_file(path)?),
         None => None,
     };
-    Ok(infembed::load_encoder(model, config, &device.open()?)?)
+    let mut encoder = infembed::load_encoder(model, config, &device.open()?)?;
+    if let Some(q) = device.quantize {
+        encoder.set_quantization(q)?;
+    }
+    Ok(encoder)
 }
 
 /// `$INFEMBED_SHARED_DATA` when set and non-empty: where the project's shared data lives.

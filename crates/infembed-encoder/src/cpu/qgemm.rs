@@ -1,0 +1,786 @@
+//! An int8 matrix product for inference: `C = act(dequant(quant(A) · quant(B)) + bias)`, the
+//! linear layers' product when a model is loaded with `quantize = "int8"`.
+//!
+//! **Quantization.** The weights `B` (`k x n`, one column per output channel) are quantized
+//! once, when the model is prepared: column `j` to signed 8-bit integers
+//! `round(b / s_j)` in `[-127, 127]` with `s_j = max |b_:j| / 127` (symmetric, per output
+//! channel). The activations `A` are quantized as each product starts, row by row
+//! (per token), to unsigned 8-bit integers with a zero point (asymmetric, the range
+//! `[min(0, min a), max(0, max a)]` spread over `0..=255`, so 0 is exact): the scheme of ONNX
+//! Runtime's dynamic quantization (`QuantizeLinear` u8 activations, s8 per-channel weights).
+//! Each output is then `s_i t_j Σ_p (q_ip - z_i) w_pj` in `f32`, plus the bias, then the
+//! activation, as in [`crate::cpu::gemm`]'s epilogue.
+//!
+//! **Integer products.** The kernels hold `q - z` (in `[-255, 255]`) and the weights (in
+//! `[-127, 127]`) as 16-bit lanes, two consecutive `k` per 32-bit lane, and multiply-add pairs
+//! into 32-bit sums (`vpmaddwd` + `vpaddd`, which the compiler fuses into AVX-512 VNNI's
+//! `vpdpwssd` where the processor has it). Every pair sum is at most `2 · 255 · 127` in
+//! magnitude, so no step saturates, and the 32-bit sums are exact up to `k = 66,000`: every
+//! instruction set computes the same integers, which the tests check against a naive `i64`
+//! product. (The byte form, `vpmaddubsw` / `vpdpbusd`, would saturate or need 7-bit
+//! weights on processors without VNNI, as ONNX Runtime's `reduce_range` does; that would make
+//! AVX2 and AVX-512 machines compute different embeddings. The byte-wide VNNI instruction also
+//! has no safe wrapper, and this workspace has no `unsafe` here.)
+//!
+//! **Kernels**, picked at run time: AVX-512 with VNNI, AVX-512 (BW), AVX2, and a portable
+//! loop; all safe code through `pulp`'s target-feature wrappers.
+
+#[cfg(target_arch = "x86_64")]
+use pulp::x86::{V3, V4};
+use rayon::prelude::*;
+use std::cell::Cell;
+
+use crate::cpu::gemm::{self, Epilogue, MatRef};
+
+/// Rows of the micro-kernel's tile.
+const MR: usize = 8;
+/// Columns of the micro-kernel's tile (two AVX-512 vectors of 32-bit sums).
+const NR: usize = 32;
+/// Depth of one block of the inner dimension, in pairs of `k`: a `KCP x NR` block of `B`
+/// (24 KiB) and an `MR x KCP` micro-panel of `A` (6 KiB) fit together in L1.
+const KCP: usize = 192;
+/// An integer tile.
+type Tile = [[i32; NR]; MR];
+/// Most rows of `A` per parallel task (a multiple of [`MR`]).
+const MC_MAX: usize = 96;
+/// The largest inner dimension whose 32-bit sums cannot overflow: `2^31 / (255 · 127)`.
+pub(crate) const K_MAX: usize = 66_000;
+
+#[cfg(target_arch = "x86_64")]
+pulp::simd_type! {
+    /// AVX-512 with VNNI: the compiler turns `vpmaddwd` + `vpaddd` into `vpdpwssd`.
+    pub struct V4Vnni {
+        avx512f: "avx512f",
+        avx512bw: "avx512bw",
+        avx512vl: "avx512vl",
+        avx512vnni: "avx512vnni",
+    }
+}
+
+/// The instruction set of the integer kernel.
+#[derive(Clone, Copy, Debug)]
+pub enum Isa {
+    #[cfg(target_arch = "x86_64")]
+    /// AVX-512 BW with VNNI.
+    Vnni(V4Vnni, V4),
+    #[cfg(target_arch = "x86_64")]
+    /// AVX-512 BW.
+    V4(V4),
+    #[cfg(target_arch = "x86_64")]
+    /// AVX2.
+    V3(V3),
+    /// No SIMD intrinsics.
+    Portable,
+}
+
+impl Isa {
+    /// The best this processor has (detected once).
+    pub fn detect() -> Self {
+        static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| Self::available()[0])
+    }
+
+    /// Every path this processor can run, best first (the portable one last).
+    pub fn available() -> Vec<Self> {
+        let mut out = Vec::with_capacity(4);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if let (Some(vnni), Some(v4)) = (V4Vnni::try_new(), V4::try_new()) {
+                out.push(Self::Vnni(vnni, v4));
+            }
+            if let Some(v4) = V4::try_new() {
+                out.push(Self::V4(v4));
+            }
+            if let Some(v3) = V3::try_new() {
+                out.push(Self::V3(v3));
+            }
+        }
+        out.push(Self::Portable);
+        out
+    }
+
+    /// A short name for logs and benchmark records.
+    pub fn name(self) -> &'static str {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Self::Vnni(..) => "avx512-vnni",
+            #[cfg(target_arch = "x86_64")]
+            Self::V4(_) => "avx512",
+            #[cfg(target_arch = "x86_64")]
+            Self::V3(_) => "avx2",
+            Self::Portable => "portable",
+        }
+    }
+}
+
+/// Two 16-bit values in one 32-bit lane: `lo` for the even `k`, `hi` for the odd one.
+#[inline(always)]
+fn pair(lo: i16, hi: i16) -> i32 {
+    (u32::from(lo as u16) | (u32::from(hi as u16) << 16)) as i32
+}
+
+/// The two 16-bit values of a lane (inverse of [`pair`]).
+#[inline(always)]
+fn unpair(v: i32) -> (i32, i32) {
+    (i32::from(v as i16), v >> 16)
+}
+
+/// A `k x n` weight matrix quantized per column (output channel) to `[-127, 127]`, packed
+/// for the kernels: panels of 32 columns, each `ceil(k / 2)` pairs deep.
+#[derive(Clone)]
+pub struct QuantizedMatrix {
+    k: usize,
+    n: usize,
+    /// `ceil(n / NR)` panels of `pairs x NR` lanes, zero past the last column and row.
+    panels: Vec<i32>,
+    /// The scale of each column, zero-padded to whole panels.
+    scales: Vec<f32>,
+}
+
+impl std::fmt::Debug for QuantizedMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuantizedMatrix")
+            .field("k", &self.k)
+            .field("n", &self.n)
+            .finish()
+    }
+}
+
+impl QuantizedMatrix {
+    /// Quantizes `b` (`k x n`).
+    ///
+    /// # Panics
+    /// When `k` exceeds [`K_MAX`] (no transformer comes near it).
+    pub fn new(b: MatRef<'_>) -> Self {
+        let (k, n) = (b.rows(), b.cols());
+        assert!(k <= K_MAX, "int8: inner dimension {k} exceeds {K_MAX}");
+        let pairs = k.div_ceil(2);
+        let panels = n.div_ceil(NR);
+        let mut scales = vec![0f32; panels * NR];
+        for (j, s) in scales.iter_mut().enumerate().take(n) {
+            let max = (0..k).map(|p| b.at(p, j).abs()).fold(0f32, f32::max);
+            *s = if max > 0.0 && max.is_finite() {
+                max / 127.0
+            } else {
+                0.0
+            };
+        }
+        let mut packed = vec![0i32; panels * pairs * NR];
+        packed
+            .par_chunks_mut(pairs * NR)
+            .enumerate()
+            .for_each(|(panel, dst)| {
+                for jj in 0..NR.min(n - panel * NR) {
+                    let j = panel * NR + jj;
+                    let s = scales[j];
+                    let q = |p: usize| -> i16 {
+                        if p >= k || s == 0.0 {
+                            0
+                        } else {
+                            (b.at(p, j) / s).round().clamp(-127.0, 127.0) as i16
+                        }
+                    };
+                    for p in 0..pairs {
+                        dst[p * NR + jj] = pair(q(2 * p), q(2 * p + 1));
+                    }
+                }
+            });
+        Self {
+            k,
+            n,
+            panels: packed,
+            scales,
+        }
+    }
+
+    /// Columns (`n`).
+    pub fn cols(&self) -> usize {
+        self.n
+    }
+
+    /// Rows (`k`).
+    pub fn rows(&self) -> usize {
+        self.k
+    }
+
+    /// The quantized weight `(p, j)` (tests).
+    #[cfg(test)]
+    fn value(&self, p: usize, j: usize) -> i32 {
+        let pairs = self.k.div_ceil(2);
+        let lane = self.panels[(j / NR) * pairs * NR + (p / 2) * NR + j % NR];
+        let (lo, hi) = unpair(lane);
+        if p.is_multiple_of(2) { lo } else { hi }
+    }
+}
+
+/// The per-row quantization of an activation row: `(scale, zero point)`, with the range
+/// widened to include 0 (so 0 is exact) and a zero row given scale 1.
+#[inline(always)]
+fn row_params(row: &[f32]) -> (f32, i32) {
+    // sixteen running extremes, lane by lane (the compiler keeps them in one vector each;
+    // a single running min/max would be a serial chain of scalar comparisons)
+    const L: usize = 16;
+    let (mut lo, mut hi) = ([0f32; L], [0f32; L]);
+    let (chunks, tail) = pulp::as_arrays::<L, f32>(row);
+    for chunk in chunks {
+        for ((l, h), &x) in lo.iter_mut().zip(hi.iter_mut()).zip(chunk) {
+            *l = if x < *l { x } else { *l };
+            *h = if x > *h { x } else { *h };
+        }
+    }
+    for (i, &x) in tail.iter().enumerate() {
+        lo[i] = if x < lo[i] { x } else { lo[i] };
+        hi[i] = if x > hi[i] { x } else { hi[i] };
+    }
+    let lo = lo.iter().fold(0f32, |a, &b| if b < a { b } else { a });
+    let hi = hi.iter().fold(0f32, |a, &b| if b > a { b } else { a });
+    let scale = (hi - lo) / 255.0;
+    if !(scale > 0.0 && scale.is_finite()) {
+        return (1.0, 0);
+    }
+    let zero = (-lo / scale).round_ties_even().clamp(0.0, 255.0) as i32;
+    (scale, zero)
+}
+
+/// `x` quantized with `(inverse scale, zero point)`, minus the zero point: in `[-255, 255]`.
+///
+/// `x * inv` rounds to the nearest integer (ties to even) by adding `1.5 * 2^23`, whose
+/// spacing of floats is 1, and reading the integer back from the bits: exact for magnitudes
+/// below `2^22` (the row's own values scale to at most 255), and plain integer arithmetic the
+/// compiler vectorizes (a float-to-int `as` cast checks for overflow and NaN lane by lane). A
+/// NaN input lands somewhere in `0..=255`, as no `f32` product would.
+#[inline(always)]
+fn quantize(x: f32, inv: f32, zero: i32) -> i16 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
+    let rounded = ((x * inv + MAGIC).to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+    let q = rounded.wrapping_add(zero).clamp(0, 255);
+    (q - zero) as i16
+}
+
+thread_local! {
+    /// Each thread's packed activations, kept between calls.
+    static SCRATCH: Cell<Vec<i32>> = const { Cell::new(Vec::new()) };
+}
+
+/// Packs rows `i0 .. i0 + rows` of `a` (quantized) into `ceil(rows / MR)` micro-panels of
+/// `pairs x MR` lanes (rows past the end zero) and returns each row's scale.
+#[inline(always)]
+fn pack_a(a: MatRef<'_>, i0: usize, rows: usize, out: &mut [i32]) -> Vec<f32> {
+    let k = a.cols();
+    let pairs = k.div_ceil(2);
+    let mut scales = Vec::with_capacity(rows);
+    let mut vals = vec![0i16; 2 * pairs];
+    let mut gathered = Vec::new();
+    for (t, panel) in out.chunks_exact_mut(pairs * MR).enumerate() {
+        let height = MR.min(rows - t * MR);
+        if height < MR {
+            panel.fill(0);
+        }
+        for r in 0..height {
+            let i = i0 + t * MR + r;
+            let row = match a.row(i) {
+                Some(row) => row,
+                None => {
+                    gathered.clear();
+                    gathered.extend((0..k).map(|p| a.at(i, p)));
+                    &gathered[..]
+                }
+            };
+            let (scale, zero) = row_params(row);
+            let inv = 1.0 / scale;
+            for (v, &x) in vals.iter_mut().zip(row) {
+                *v = quantize(x, inv, zero);
+            }
+            let (val_pairs, _) = pulp::as_arrays::<2, i16>(&vals);
+            for (lanes, &[lo, hi]) in panel.chunks_exact_mut(MR).zip(val_pairs) {
+                lanes[r] = pair(lo, hi);
+            }
+            scales.push(scale);
+        }
+    }
+    scales
+}
+
+/// `c = act(dequant(quant(a) · b) + bias)` with `c` row-major `a.rows() x b.cols()`; the
+/// epilogue's `accumulate` adds the previous content of `c` first, as [`gemm::gemm`] does.
+///
+/// # Panics
+/// When the inner dimensions differ or `c` or the bias have the wrong length (shape
+/// contracts of the caller).
+pub(crate) fn qgemm(a: MatRef<'_>, b: &QuantizedMatrix, c: &mut [f32], epilogue: Epilogue<'_>) {
+    qgemm_with(Isa::detect(), a, b, c, epilogue);
+}
+
+/// The int8 product on the given instruction set (what the encoder runs on [`Isa::detect`]).
+pub fn qgemm_with(
+    isa: Isa,
+    a: MatRef<'_>,
+    b: &QuantizedMatrix,
+    c: &mut [f32],
+    epilogue: Epilogue<'_>,
+) {
+    let (m, k, n) = (a.rows(), a.cols(), b.n);
+    assert_eq!(
+        k, b.k,
+        "qgemm: inner dimensions differ: a is {m}x{k}, b is {}x{n}",
+        b.k
+    );
+    assert_eq!(c.len(), m * n, "qgemm: c must hold {m}x{n} elements");
+    if let Some(bias) = epilogue.bias {
+        assert_eq!(bias.len(), n, "qgemm: bias must have {n} elements");
+    }
+    if m == 0 || n == 0 {
+        return;
+    }
+    let threads = rayon::current_num_threads().max(1);
+    let mc = (m.div_ceil(4 * threads).div_ceil(MR) * MR).clamp(MR, MC_MAX);
+    c.par_chunks_mut(mc * n)
+        .enumerate()
+        .for_each(|(block, c_block)| {
+            let rows = c_block.len() / n;
+            let task = Task {
+                a,
+                i0: block * mc,
+                rows,
+                b,
+                c: c_block,
+                epilogue,
+            };
+            task.dispatch(isa);
+        });
+}
+
+/// One parallel task: rows `i0 .. i0 + rows` of the output, all columns.
+struct Task<'a, 'b> {
+    a: MatRef<'a>,
+    i0: usize,
+    rows: usize,
+    b: &'b QuantizedMatrix,
+    c: &'b mut [f32],
+    epilogue: Epilogue<'a>,
+}
+
+/// A [`Task`] or a single tile run under an instruction set's target features (a named type:
+/// `vectorize` compiles its argument with the features only when it is inlined, which
+/// `#[inline(always)]` guarantees and a closure does not).
+#[cfg(target_arch = "x86_64")]
+struct Vectorized<T>(T, Isa);
+
+#[cfg(target_arch = "x86_64")]
+impl pulp::NullaryFnOnce for Vectorized<Task<'_, '_>> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        self.0.run(self.1);
+    }
+}
+
+impl Task<'_, '_> {
+    /// Runs the task under `isa`'s target features.
+    fn dispatch(self, isa: Isa) {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni(simd, _) => simd.vectorize(Vectorized(self, isa)),
+            #[cfg(target_arch = "x86_64")]
+            Isa::V4(simd) => simd.vectorize(Vectorized(self, isa)),
+            #[cfg(target_arch = "x86_64")]
+            Isa::V3(simd) => simd.vectorize(Vectorized(self, isa)),
+            Isa::Portable => self.run(isa),
+        }
+    }
+
+    #[inline(always)]
+    fn run(self, isa: Isa) {
+        let Self {
+            a,
+            i0,
+            rows,
+            b,
+            c,
+            epilogue,
+        } = self;
+        let n = b.n;
+        let pairs = b.k.div_ceil(2);
+        let tiles = rows.div_ceil(MR);
+        // the f32 epilogue's vectors (AVX2; the AVX-512 paths include it)
+        let v3: Option<gemm::Fast> = match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni(_, v4) | Isa::V4(v4) => Some(*v4),
+            #[cfg(target_arch = "x86_64")]
+            Isa::V3(v3) => Some(v3),
+            Isa::Portable => None,
+        };
+        let mut packed = SCRATCH.with(Cell::take);
+        packed.resize(tiles * pairs * MR, 0);
+        let a_scales = pack_a(a, i0, rows, &mut packed[..tiles * pairs * MR]);
+        let mut tiles_acc: Vec<Tile> = vec![[[0; NR]; MR]; tiles];
+        for (j, b_panel) in b.panels.chunks_exact(pairs * NR).enumerate() {
+            // the panel's products, one L1-sized block of the inner dimension at a time
+            for p0 in (0..pairs).step_by(KCP) {
+                let kcp = KCP.min(pairs - p0);
+                let (b_block, _) = pulp::as_arrays::<NR, i32>(&b_panel[p0 * NR..(p0 + kcp) * NR]);
+                for (acc, a_panel) in tiles_acc.iter_mut().zip(packed.chunks_exact(pairs * MR)) {
+                    let a_block = &a_panel[p0 * MR..(p0 + kcp) * MR];
+                    let (a_block, _) = pulp::as_arrays::<MR, i32>(a_block);
+                    micro(isa, a_block, b_block, acc, p0 == 0);
+                }
+            }
+            let j0 = j * NR;
+            let width = NR.min(n - j0);
+            let w_scales: &[f32; NR] = b.scales[j0..j0 + NR].try_into().expect("a panel");
+            for (t, acc) in tiles_acc.iter().enumerate() {
+                let r0 = t * MR;
+                for (r, acc_row) in acc.iter().enumerate().take(MR.min(rows - r0)) {
+                    let sa = a_scales[r0 + r];
+                    let mut v = [0f32; NR];
+                    for ((x, &s), &q) in v.iter_mut().zip(w_scales).zip(acc_row) {
+                        *x = q as f32 * (sa * s);
+                    }
+                    let start = (r0 + r) * n + j0;
+                    let out = &mut c[start..start + width];
+                    const HALF: usize = NR / 2;
+                    let (out_lo, out_hi) = out.split_at_mut(width.min(HALF));
+                    let (lo, hi) = v.split_at(HALF);
+                    let lo: &[f32; HALF] = lo.try_into().expect("half a tile");
+                    gemm::epilogue_row(v3, out_lo, lo, j0, epilogue);
+                    if !out_hi.is_empty() {
+                        let hi: &[f32; HALF] = hi.try_into().expect("half a tile");
+                        gemm::epilogue_row(v3, out_hi, hi, j0 + HALF, epilogue);
+                    }
+                }
+            }
+        }
+        SCRATCH.with(|s| s.set(packed));
+    }
+}
+
+/// `acc` (from zeros when `fresh`) advanced by the integer products of an `A` micro-panel
+/// and a `B` block of the same depth, on `isa` (inlined into a caller that runs under its
+/// target features).
+#[inline(always)]
+fn micro(isa: Isa, a: &[[i32; MR]], b: &[[i32; NR]], acc: &mut Tile, fresh: bool) {
+    if fresh {
+        *acc = [[0; NR]; MR];
+    }
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Vnni(_, v4) | Isa::V4(v4) => micro_512(v4, a, b, acc),
+        #[cfg(target_arch = "x86_64")]
+        Isa::V3(simd) => micro_v3(simd, a, b, acc),
+        Isa::Portable => micro_portable(a, b, acc),
+    }
+}
+
+/// AVX-512: eight rows of two vectors, one broadcast pair of `A` per row and `k` pair.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn micro_512(simd: V4, a: &[[i32; MR]], b: &[[i32; NR]], out: &mut Tile) {
+    use core::arch::x86_64::__m512i;
+    let (f, bw) = (simd.avx512f, simd.avx512bw);
+    let mut acc: [[__m512i; 2]; MR] = pulp::cast(*out);
+    for (ak, bk) in a.iter().zip(b) {
+        let [b0, b1]: [__m512i; 2] = pulp::cast(*bk);
+        for (row, &av) in acc.iter_mut().zip(ak) {
+            let av = f._mm512_set1_epi32(av);
+            row[0] = f._mm512_add_epi32(row[0], bw._mm512_madd_epi16(av, b0));
+            row[1] = f._mm512_add_epi32(row[1], bw._mm512_madd_epi16(av, b1));
+        }
+    }
+    *out = pulp::cast(acc);
+}
+
+/// AVX2: the tile in four passes of four rows by two vectors (11 of the 16 registers).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn micro_v3(simd: V3, a: &[[i32; MR]], b: &[[i32; NR]], out: &mut Tile) {
+    use core::arch::x86_64::__m256i;
+    const H: usize = MR / 2;
+    const W: usize = NR / 2;
+    let (avx, avx2) = (simd.avx, simd.avx2);
+    for rows in 0..2 {
+        for cols in 0..2 {
+            let mut acc = [[avx._mm256_setzero_si256(); 2]; H];
+            for (a, o) in acc.iter_mut().zip(&out[rows * H..rows * H + H]) {
+                let o: [i32; NR / 2] = o[cols * W..cols * W + W].try_into().expect("half");
+                *a = pulp::cast(o);
+            }
+            for (ak, bk) in a.iter().zip(b) {
+                let half: [i32; W] = bk[cols * W..cols * W + W].try_into().expect("half");
+                let [b0, b1]: [__m256i; 2] = pulp::cast(half);
+                for (row, &av) in acc.iter_mut().zip(&ak[rows * H..rows * H + H]) {
+                    let av = avx._mm256_set1_epi32(av);
+                    row[0] = avx2._mm256_add_epi32(row[0], avx2._mm256_madd_epi16(av, b0));
+                    row[1] = avx2._mm256_add_epi32(row[1], avx2._mm256_madd_epi16(av, b1));
+                }
+            }
+            let acc: [[i32; W]; H] = pulp::cast(acc);
+            for (o, v) in out[rows * H..rows * H + H].iter_mut().zip(acc) {
+                o[cols * W..cols * W + W].copy_from_slice(&v);
+            }
+        }
+    }
+}
+
+/// The same sums one lane at a time.
+#[inline(always)]
+fn micro_portable(a: &[[i32; MR]], b: &[[i32; NR]], acc: &mut Tile) {
+    for (ak, bk) in a.iter().zip(b) {
+        for (row, &av) in acc.iter_mut().zip(ak) {
+            let (a0, a1) = unpair(av);
+            for (x, &bv) in row.iter_mut().zip(bk) {
+                let (b0, b1) = unpair(bv);
+                *x = x.wrapping_add(a0 * b0 + a1 * b1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::gemm::Activation;
+    use proptest::prelude::*;
+
+    /// The integer sums every instruction set must produce, computed naively in `i64` from
+    /// the quantized values: `Σ_p (q_ip - z_i) w_pj`.
+    fn naive_sums(a: MatRef<'_>, b: &QuantizedMatrix) -> Vec<i64> {
+        let (m, k, n) = (a.rows(), a.cols(), b.cols());
+        let mut out = vec![0i64; m * n];
+        for i in 0..m {
+            let row: Vec<f32> = (0..k).map(|p| a.at(i, p)).collect();
+            let (scale, zero) = row_params(&row);
+            let q: Vec<i64> = row
+                .iter()
+                .map(|&x| {
+                    // the definition, spelled out: round to the grid, clamp to u8, remove z
+                    let u = ((x * (1.0 / scale)).round_ties_even() as i64 + i64::from(zero))
+                        .clamp(0, 255);
+                    u - i64::from(zero)
+                })
+                .collect();
+            for j in 0..n {
+                out[i * n + j] = (0..k).map(|p| q[p] * i64::from(b.value(p, j))).sum();
+            }
+        }
+        out
+    }
+
+    /// [`micro`] under `isa`'s target features.
+    fn tile(isa: Isa, a: &[[i32; MR]], b: &[[i32; NR]], acc: &mut Tile, fresh: bool) {
+        struct Op<'a>(Isa, &'a [[i32; MR]], &'a [[i32; NR]], &'a mut Tile, bool);
+        impl pulp::NullaryFnOnce for Op<'_> {
+            type Output = ();
+            #[inline(always)]
+            fn call(self) {
+                micro(self.0, self.1, self.2, self.3, self.4)
+            }
+        }
+        let op = Op(isa, a, b, acc, fresh);
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Vnni(simd, _) => simd.vectorize(op),
+            #[cfg(target_arch = "x86_64")]
+            Isa::V4(simd) => simd.vectorize(op),
+            #[cfg(target_arch = "x86_64")]
+            Isa::V3(simd) => simd.vectorize(op),
+            Isa::Portable => pulp::NullaryFnOnce::call(op),
+        }
+    }
+
+    /// The integer sums the kernel of `isa` computes (blocks of [`KCP`] pairs, as
+    /// [`qgemm`] runs them).
+    fn kernel_sums(isa: Isa, a: MatRef<'_>, b: &QuantizedMatrix) -> Vec<i64> {
+        let (m, k, n) = (a.rows(), a.cols(), b.cols());
+        let pairs = k.div_ceil(2);
+        let mut packed = vec![0i32; m.div_ceil(MR) * pairs * MR];
+        pack_a(a, 0, m, &mut packed);
+        let mut out = vec![0i64; m * n];
+        for (j, b_panel) in b.panels.chunks_exact(pairs * NR).enumerate() {
+            for (t, a_panel) in packed.chunks_exact(pairs * MR).enumerate() {
+                let mut acc = [[i32::MIN; NR]; MR];
+                for p0 in (0..pairs).step_by(KCP) {
+                    let end = (p0 + KCP).min(pairs);
+                    let (ab, _) = pulp::as_arrays::<MR, i32>(&a_panel[p0 * MR..end * MR]);
+                    let (bb, _) = pulp::as_arrays::<NR, i32>(&b_panel[p0 * NR..end * NR]);
+                    tile(isa, ab, bb, &mut acc, p0 == 0);
+                }
+                for (r, row) in acc.iter().enumerate() {
+                    for (jj, &v) in row.iter().enumerate() {
+                        let (i, col) = (t * MR + r, j * NR + jj);
+                        if i < m && col < n {
+                            out[i * n + col] = i64::from(v);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn matrix(rows: usize, cols: usize, seed: u64, spread: f32) -> Vec<f32> {
+        // a small deterministic generator: values of both signs, some zeros, some outliers
+        let mut s = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..rows * cols)
+            .map(|i| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let u = ((s >> 33) as f32) / (1u64 << 31) as f32 - 0.5;
+                match i % 17 {
+                    0 => 0.0,
+                    5 => u * spread * 8.0,
+                    _ => u * spread,
+                }
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Every instruction set's integer sums equal the naive `i64` sums exactly, for
+        /// shapes that leave partial tiles, partial panels and an odd `k`.
+        #[test]
+        fn integer_sums_are_exact_on_every_path(
+            m in 1usize..40, k in 1usize..900, n in 1usize..100, seed in any::<u64>(),
+        ) {
+            let a = matrix(m, k, seed, 3.0);
+            let b = matrix(k, n, seed ^ 0x5555, 0.2);
+            let am = MatRef::row_major(&a, m, k);
+            let q = QuantizedMatrix::new(MatRef::row_major(&b, k, n));
+            let want = naive_sums(am, &q);
+            for isa in Isa::available() {
+                prop_assert_eq!(&kernel_sums(isa, am, &q), &want, "{}", isa.name());
+            }
+        }
+    }
+
+    #[test]
+    fn extreme_values_do_not_saturate() {
+        // every activation at the end of its range against weights of +-127: the largest
+        // pair sums the kernels can meet, over a deep inner dimension
+        let (m, k, n) = (MR + 3, 2049, NR + 5);
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| if (i / k) % 2 == 0 { 1.0 } else { -1.0 })
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| if i % 3 == 0 { -1.0 } else { 1.0 })
+            .collect();
+        let am = MatRef::row_major(&a, m, k);
+        let q = QuantizedMatrix::new(MatRef::row_major(&b, k, n));
+        let want = naive_sums(am, &q);
+        assert!(
+            want.iter().any(|&v| v.unsigned_abs() > 1 << 24),
+            "a deep sum"
+        );
+        for isa in Isa::available() {
+            assert_eq!(kernel_sums(isa, am, &q), want, "{}", isa.name());
+        }
+    }
+
+    #[test]
+    fn weights_round_trip_within_half_a_step() {
+        let (k, n) = (37, 45);
+        let b = matrix(k, n, 7, 0.4);
+        let q = QuantizedMatrix::new(MatRef::row_major(&b, k, n));
+        for j in 0..n {
+            let s = q.scales[j];
+            let max = (0..k).map(|p| b[p * n + j].abs()).fold(0f32, f32::max);
+            assert!((s * 127.0 - max).abs() <= max * 1e-6, "column {j} scale");
+            for p in 0..k {
+                let w = q.value(p, j);
+                assert!(w.abs() <= 127);
+                assert!((w as f32 * s - b[p * n + j]).abs() <= s / 2.0 * 1.0001);
+            }
+        }
+    }
+
+    #[test]
+    fn zero_columns_and_rows_give_zeros_and_the_bias() {
+        let (m, k, n) = (3, 8, 5);
+        let mut a = matrix(m, k, 3, 1.0);
+        a[k..2 * k].fill(0.0); // row 1 all zero
+        let mut b = matrix(k, n, 4, 1.0);
+        for p in 0..k {
+            b[p * n + 2] = 0.0; // column 2 all zero
+        }
+        let bias = [0.5f32, -1.0, 2.0, 0.25, 3.0];
+        let q = QuantizedMatrix::new(MatRef::row_major(&b, k, n));
+        let mut c = vec![f32::NAN; m * n];
+        let ep = Epilogue {
+            bias: Some(&bias),
+            ..Epilogue::default()
+        };
+        qgemm(MatRef::row_major(&a, m, k), &q, &mut c, ep);
+        for j in 0..n {
+            assert_eq!(c[n + j], bias[j], "zero row, column {j}");
+        }
+        for i in 0..m {
+            assert_eq!(c[i * n + 2], bias[2], "zero column, row {i}");
+        }
+    }
+
+    /// The dequantized product against the exact `f32` product: within the error the two
+    /// roundings allow, `Σ_p |a_ip| t_j / 2 + |b_pj| s_i / 2 + s_i t_j / 4`, on every path
+    /// and with the fused bias and GELU.
+    #[test]
+    fn dequantized_product_is_within_the_rounding_bound() {
+        let (m, k, n) = (29, 384, 70);
+        let a = matrix(m, k, 11, 2.0);
+        let b = matrix(k, n, 12, 0.1);
+        let bias = matrix(1, n, 13, 1.0);
+        let am = MatRef::row_major(&a, m, k);
+        let bm = MatRef::row_major(&b, k, n);
+        let q = QuantizedMatrix::new(bm);
+        for act in [Activation::Identity, Activation::Gelu] {
+            let ep = Epilogue {
+                bias: Some(&bias),
+                accumulate: false,
+                activation: act,
+            };
+            for isa in Isa::available() {
+                let mut c = vec![0f32; m * n];
+                qgemm_with(isa, am, &q, &mut c, ep);
+                for i in 0..m {
+                    let (s, _) = row_params(&a[i * k..(i + 1) * k]);
+                    for j in 0..n {
+                        let t = q.scales[j];
+                        let exact: f64 = (0..k)
+                            .map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j]))
+                            .sum::<f64>()
+                            + f64::from(bias[j]);
+                        let bound: f64 = (0..k)
+                            .map(|p| {
+                                f64::from(a[i * k + p].abs() * t + b[p * n + j].abs() * s) / 2.0
+                                    + f64::from(s * t) / 4.0
+                            })
+                            .sum::<f64>()
+                            * 1.001
+                            + 1e-5;
+                        let got = f64::from(c[i * n + j]);
+                        let want = match act {
+                            Activation::Identity => exact,
+                            // GELU is 1.13-Lipschitz
+                            Activation::Gelu => {
+                                f64::from(crate::cpu::elementwise::gelu_scalar(exact as f32))
+                            }
+                        };
+                        let bound = if act == Activation::Gelu {
+                            bound * 1.13
+                        } else {
+                            bound
+                        };
+                        assert!(
+                            (got - want).abs() <= bound,
+                            "{} {act:?} ({i}, {j}): {got} vs {want}, bound {bound}",
+                            isa.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
