@@ -6,6 +6,7 @@
 //! ```text
 //! cargo build --release --workspace --examples
 //! target/release/examples/gemm_shapes
+//! INT8_ISA=avx512-vnni target/release/examples/gemm_shapes   # one int8 path only (profiling)
 //! ```
 
 use std::time::Instant;
@@ -62,19 +63,20 @@ fn main() {
         let xs = x.into_data().try_to_vec::<f32>().expect("f32");
         let ws = w.into_data().try_to_vec::<f32>().expect("f32");
         let bias = vec![0.1f32; d_out];
-        for (what, epilogue) in [
-            ("infembed gemm", Epilogue::default()),
+        let epilogues = [
+            ("", Epilogue::default()),
             (
-                "infembed gemm+bias+GELU",
+                "+bias+GELU",
                 Epilogue {
                     bias: Some(&bias),
                     accumulate: false,
                     activation: Activation::Gelu,
                 },
             ),
-        ] {
+        ];
+        for (what, epilogue) in epilogues {
             report(
-                what,
+                &format!("infembed gemm{what}"),
                 best_of_7(|| {
                     let mut c = vec![0f32; rows * d_out];
                     gemm(
@@ -93,17 +95,7 @@ fn main() {
             .into_iter()
             .filter(|isa| only.as_deref().is_none_or(|o| o == isa.name()))
         {
-            for (what, epilogue) in [
-                ("", Epilogue::default()),
-                (
-                    "+bias+GELU",
-                    Epilogue {
-                        bias: Some(&bias),
-                        accumulate: false,
-                        activation: Activation::Gelu,
-                    },
-                ),
-            ] {
+            for (what, epilogue) in epilogues {
                 report(
                     &format!("int8 {}{what}", isa.name()),
                     best_of_7(|| {

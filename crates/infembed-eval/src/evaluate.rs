@@ -87,6 +87,59 @@ pub struct FollowIrReport {
     pub n_docs: usize,
 }
 
+/// One measure of a report as the reports are written out: its key in mteb's result files
+/// (`ndcg_at_10`), its label in the printed table (`nDCG@10`) and its value (x100; `None` when
+/// undefined for the set).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReportedMeasure {
+    /// The key in mteb's result files.
+    pub key: &'static str,
+    /// The label in `infembed eval`'s table.
+    pub label: &'static str,
+    /// The value, a percentage.
+    pub value: Option<f64>,
+}
+
+const fn measure(key: &'static str, label: &'static str, value: Option<f64>) -> ReportedMeasure {
+    ReportedMeasure { key, label, value }
+}
+
+impl FollowIrReport {
+    /// The report's measures in their printed order.
+    pub fn measures(&self) -> [ReportedMeasure; 7] {
+        [
+            measure("p-MRR", "p-MRR", Some(self.p_mrr)),
+            measure("ndcg_at_5", "nDCG@5   (original)", Some(self.ndcg_at_5)),
+            measure("ndcg_at_10", "nDCG@10  (original)", Some(self.ndcg_at_10)),
+            measure("map_at_1000", "MAP@1000 (original)", Some(self.map_at_1000)),
+            measure("mrr_at_10", "MRR@10   (original)", Some(self.mrr_at_10)),
+            measure(
+                "changed_ndcg_at_10",
+                "nDCG@10  (changed)",
+                Some(self.changed_ndcg_at_10),
+            ),
+            measure(
+                "pairwise_accuracy",
+                "pairwise accuracy",
+                self.pairwise_accuracy,
+            ),
+        ]
+    }
+}
+
+impl RetrievalReport {
+    /// The report's measures in their printed order.
+    pub fn measures(&self) -> [ReportedMeasure; 5] {
+        [
+            measure("ndcg_at_10", "nDCG@10", Some(self.ndcg_at_10)),
+            measure("map_at_1000", "MAP@1000", Some(self.map_at_1000)),
+            measure("mrr_at_10", "MRR@10", Some(self.mrr_at_10)),
+            measure("precision_at_10", "P@10", Some(self.p_at_10)),
+            measure("recall_at_100", "Recall@100", Some(self.recall_at_100)),
+        ]
+    }
+}
+
 /// Everything [`evaluate_followir`] computes: the report and both runs (for TREC files).
 #[derive(Debug, Clone)]
 pub struct FollowIrOutcome {

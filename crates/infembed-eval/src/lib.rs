@@ -46,8 +46,8 @@ pub use embed::{
 };
 pub use error::{Error, Result};
 pub use evaluate::{
-    EvalConfig, FollowIrOutcome, FollowIrReport, RetrievalOutcome, RetrievalReport,
-    evaluate_followir, evaluate_retrieval,
+    EvalConfig, FollowIrOutcome, FollowIrReport, ReportedMeasure, RetrievalOutcome,
+    RetrievalReport, evaluate_followir, evaluate_retrieval,
 };
 pub use index::{
     EMBEDDINGS_TENSOR, EmbeddingIndex, FORMAT_TAG, FORMAT_TAG_V1, ID_BYTES_TENSOR,

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::evaluate::{FollowIrReport, RetrievalReport};
+use crate::evaluate::{FollowIrReport, ReportedMeasure, RetrievalReport};
 
 /// What was evaluated: the model (or the lexical baseline) and how its queries were built.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -82,13 +82,14 @@ pub struct EvalResults {
 
 /// One split's entry: `main_score` and each metric as fractions (given as the report's
 /// percentages; `None` is written as null), then mteb's fixed `hf_subset` and `languages`.
-fn split_entry(main_score: f64, metrics: &[(&str, Option<f64>)]) -> serde_json::Value {
+fn split_entry(main_score: f64, metrics: &[ReportedMeasure]) -> serde_json::Value {
     let mut entry = serde_json::Map::new();
     entry.insert("main_score".into(), serde_json::json!(main_score / 100.0));
-    for (name, value) in metrics {
+    for m in metrics {
         entry.insert(
-            (*name).to_string(),
-            value.map_or(serde_json::Value::Null, |v| serde_json::json!(v / 100.0)),
+            m.key.to_string(),
+            m.value
+                .map_or(serde_json::Value::Null, |v| serde_json::json!(v / 100.0)),
         );
     }
     entry.insert("hf_subset".into(), serde_json::json!("default"));
@@ -105,18 +106,7 @@ impl EvalResults {
         model: EvaluatedModel,
         evaluation_time: f64,
     ) -> Self {
-        let entry = split_entry(
-            report.p_mrr,
-            &[
-                ("p-MRR", Some(report.p_mrr)),
-                ("ndcg_at_5", Some(report.ndcg_at_5)),
-                ("ndcg_at_10", Some(report.ndcg_at_10)),
-                ("map_at_1000", Some(report.map_at_1000)),
-                ("mrr_at_10", Some(report.mrr_at_10)),
-                ("changed_ndcg_at_10", Some(report.changed_ndcg_at_10)),
-                ("pairwise_accuracy", report.pairwise_accuracy),
-            ],
-        );
+        let entry = split_entry(report.p_mrr, &report.measures());
         Self::assemble(
             &report.name,
             &report.retriever,
@@ -136,16 +126,7 @@ impl EvalResults {
         model: EvaluatedModel,
         evaluation_time: f64,
     ) -> Self {
-        let entry = split_entry(
-            report.ndcg_at_10,
-            &[
-                ("ndcg_at_10", Some(report.ndcg_at_10)),
-                ("map_at_1000", Some(report.map_at_1000)),
-                ("mrr_at_10", Some(report.mrr_at_10)),
-                ("precision_at_10", Some(report.p_at_10)),
-                ("recall_at_100", Some(report.recall_at_100)),
-            ],
-        );
+        let entry = split_entry(report.ndcg_at_10, &report.measures());
         Self::assemble(
             &report.name,
             &report.retriever,

@@ -48,8 +48,8 @@ pub use infembed_encoder::{
 pub use infembed_eval::{
     Bm25Config, Bm25Retriever, Depth, EmbeddingIndex, EncoderRetriever, EvalConfig, EvalResults,
     EvaluatedModel, FollowIrOutcome, FollowIrReport, IndexDtype, IndexFormat, IndexWriter,
-    QUERY_BATCH, QueryRequest, RetrievalOutcome, RetrievalReport, Retriever, SearchHit, Side,
-    Stemmer, StopWords, TextRecord, embed_passages, embed_queries, embed_records,
+    QUERY_BATCH, QueryRequest, ReportedMeasure, RetrievalOutcome, RetrievalReport, Retriever,
+    SearchHit, Side, Stemmer, StopWords, TextRecord, embed_passages, embed_queries, embed_records,
     evaluate_followir, evaluate_retrieval, load_encoder, load_heldout, read_texts, run_queries,
     search,
 };

@@ -54,6 +54,14 @@ fn assert_user_error(out: &Output, needles: &[&str]) {
     }
 }
 
+/// The passages of [`CORPUS`] as `embed` reads them ("{title} {text}").
+const CORPUS_PASSAGES: [&str; 4] = [
+    "Green tea Green tea is steeped below boiling, around 80 degrees Celsius.",
+    "Espresso forces hot water through finely ground coffee at nine bars of pressure.",
+    "A bicycle chain should be cleaned and oiled every few hundred kilometres.",
+    "Sourdough rises with wild yeast and lactic acid bacteria.",
+];
+
 fn write_corpus(dir: &Path) -> PathBuf {
     let path = dir.join("corpus.jsonl");
     std::fs::write(&path, CORPUS).unwrap();
@@ -171,12 +179,7 @@ fn embed_and_search_round_trip_with_minilm() {
     // The reference rows, computed here with the encoder directly.
     let encoder = DualEncoder::from_dir(&model, EncoderConfig::default(), &Device::flex())
         .expect("model loads");
-    let passages = [
-        "Green tea Green tea is steeped below boiling, around 80 degrees Celsius.",
-        "Espresso forces hot water through finely ground coffee at nine bars of pressure.",
-        "A bicycle chain should be cleaned and oiled every few hundred kilometres.",
-        "Sourdough rises with wild yeast and lactic acid bacteria.",
-    ];
+    let passages = CORPUS_PASSAGES;
     let want = tensor_rows(encoder.encode_passages(&passages).unwrap().embeddings).unwrap();
     let want_ids = ["tea", "espresso", "3", "bread"];
 
@@ -301,12 +304,7 @@ fn embed_quantize_int8_with_minilm() {
     encoder
         .set_quantization(infembed::Quantization::Int8)
         .expect("int8 on the CPU");
-    let passages = [
-        "Green tea Green tea is steeped below boiling, around 80 degrees Celsius.",
-        "Espresso forces hot water through finely ground coffee at nine bars of pressure.",
-        "A bicycle chain should be cleaned and oiled every few hundred kilometres.",
-        "Sourdough rises with wild yeast and lactic acid bacteria.",
-    ];
+    let passages = CORPUS_PASSAGES;
     let lib = tensor_rows(encoder.encode_passages(&passages).unwrap().embeddings).unwrap();
     assert_eq!(lib.len(), f.ids.len());
     for (i, lib_row) in lib.iter().enumerate() {

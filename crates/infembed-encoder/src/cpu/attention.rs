@@ -31,16 +31,13 @@ use rayon::prelude::*;
 
 use crate::cpu::elementwise::contiguous;
 use crate::cpu::gemm::{self, Epilogue, MatRef};
-use crate::cpu::linear::{plain_params, same_params};
+use crate::cpu::linear::{plain_flex, plain_params, same_params};
 use crate::cpu::qgemm::{self, QuantizedMatrix};
 use crate::device::Quantization;
 
 /// A tensor of the plain `flex` backend as a contiguous `f32` buffer, or `None`.
 fn flex_f32<const D: usize>(t: Tensor<D>) -> Option<FlexTensor> {
-    if t.dtype() != DType::F32 || t.device().is_autodiff() {
-        return None;
-    }
-    t.try_into_primitive::<Flex>().ok().map(contiguous)
+    plain_flex(t).map(contiguous)
 }
 
 /// Whether [`attention_train`] takes tensors like `x`: `f32` on an autodiff `flex` device.
@@ -146,7 +143,8 @@ impl QkvWeights {
     }
 
     /// How the projection computes.
-    pub(crate) fn quantization(&self) -> Quantization {
+    #[cfg(test)]
+    fn quantization(&self) -> Quantization {
         match self.int8 {
             Some(_) => Quantization::Int8,
             None => Quantization::None,

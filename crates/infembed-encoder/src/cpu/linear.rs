@@ -113,24 +113,13 @@ pub(crate) fn try_linear<const D: usize>(
 /// The plain `flex` tensors of `layers`' parameters (all weights, then all biases), or `None`
 /// unless every parameter is an `f32` tensor off any autodiff graph.
 pub(crate) fn plain_params(layers: &[&Linear]) -> Option<Vec<Option<FlexTensor>>> {
-    let plain = |t: Tensor<2>| {
-        (t.dtype() == DType::F32 && !t.device().is_autodiff())
-            .then(|| t.try_into_primitive::<Flex>().ok())
-            .flatten()
-    };
     let mut out = Vec::with_capacity(2 * layers.len());
     for layer in layers {
-        out.push(Some(plain(layer.weight.val())?));
+        out.push(Some(plain_flex(layer.weight.val())?));
     }
     for layer in layers {
         out.push(match &layer.bias {
-            Some(p) => {
-                let b = p.val();
-                if b.dtype() != DType::F32 || b.device().is_autodiff() {
-                    return None;
-                }
-                Some(b.try_into_primitive::<Flex>().ok()?)
-            }
+            Some(p) => Some(plain_flex(p.val())?),
             None => None,
         });
     }
@@ -208,36 +197,29 @@ pub(crate) fn try_linear_int8<const D: usize>(
     x: Tensor<D>,
     act: Activation,
 ) -> Result<Tensor<D>, Tensor<D>> {
-    if x.dtype() != DType::F32 || x.device().is_autodiff() {
+    let Some(xf) = plain_flex(x.clone()) else {
         return Err(x);
-    }
-    let xf = match x.clone().try_into_primitive::<Flex>() {
-        Ok(xf) => contiguous(xf),
-        Err(_) => return Err(x),
     };
     drop(x);
-    let d_out = layer.weight.cols();
-    let (rows, d_in, out_shape) = rows_of(&xf, d_out);
-    assert_eq!(
-        d_in,
-        layer.weight.rows(),
-        "linear: the input's last dimension is {d_in}, the weight expects {}",
-        layer.weight.rows()
-    );
-    let mut out = vec![0f32; rows * d_out];
-    qgemm::qgemm(
-        MatRef::row_major(&xf.storage::<f32>()[..rows * d_in], rows, d_in),
-        &layer.weight,
-        &mut out,
-        Epilogue {
-            bias: layer.bias.as_deref(),
-            accumulate: false,
-            activation: act,
-        },
-    );
-    Ok(Tensor::from_primitive::<Flex>(FlexTensor::from_data(
-        TensorData::new(out, out_shape),
-    )))
+    let w = &layer.weight;
+    let epilogue = Epilogue {
+        bias: layer.bias.as_deref(),
+        accumulate: false,
+        activation: act,
+    };
+    let y = rows_times(&xf, w.rows(), w.cols(), |xm, out| {
+        qgemm::qgemm(xm, w, out, epilogue)
+    });
+    Ok(Tensor::from_primitive::<Flex>(y))
+}
+
+/// `t` as a `flex` primitive when it is an `f32` tensor off any autodiff graph (another
+/// backend, dtype or an autodiff tensor gives `None`).
+pub(crate) fn plain_flex<const D: usize>(t: Tensor<D>) -> Option<FlexTensor> {
+    if t.dtype() != DType::F32 || t.device().is_autodiff() {
+        return None;
+    }
+    t.try_into_primitive::<Flex>().ok()
 }
 
 /// A 2-D flex tensor as a strided view (copying it first when its strides are negative).
@@ -278,27 +260,38 @@ fn rows_of(x: &FlexTensor, d_out: usize) -> (usize, usize, Vec<usize>) {
 /// `act(x W + b)` as a new flex tensor.
 fn forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>, act: Activation) -> FlexTensor {
     let [d_in, d_out] = dims2(w);
+    let b = b.map(|b| contiguous(b.clone()));
+    let bias = b.as_ref().map(|b| &b.storage::<f32>()[..d_out]);
+    let epilogue = Epilogue {
+        bias,
+        accumulate: false,
+        activation: act,
+    };
+    rows_times(x, d_in, d_out, |xm, out| {
+        with_matrix(w, |wm| gemm::gemm(xm, wm, out, epilogue))
+    })
+}
+
+/// `product(x as [rows, d_in], out as [rows, d_out])` over the leading dimensions of `x`, as a
+/// new flex tensor of `x`'s shape with `d_out` last: the linear layers' shape handling for the
+/// f32 and the int8 products.
+fn rows_times(
+    x: &FlexTensor,
+    d_in: usize,
+    d_out: usize,
+    product: impl FnOnce(MatRef<'_>, &mut [f32]),
+) -> FlexTensor {
     let x = contiguous(x.clone());
     let (rows, x_in, out_shape) = rows_of(&x, d_out);
     assert_eq!(
         x_in, d_in,
         "linear: the input's last dimension is {x_in}, the weight expects {d_in}"
     );
-    let b = b.map(|b| contiguous(b.clone()));
-    let bias = b.as_ref().map(|b| &b.storage::<f32>()[..d_out]);
     let mut out = vec![0f32; rows * d_out];
-    with_matrix(w, |wm| {
-        gemm::gemm(
-            MatRef::row_major(&x.storage::<f32>()[..rows * d_in], rows, d_in),
-            wm,
-            &mut out,
-            Epilogue {
-                bias,
-                accumulate: false,
-                activation: act,
-            },
-        )
-    });
+    product(
+        MatRef::row_major(&x.storage::<f32>()[..rows * d_in], rows, d_in),
+        &mut out,
+    );
     FlexTensor::from_data(TensorData::new(out, out_shape))
 }
 

@@ -99,6 +99,22 @@ impl Isa {
         out
     }
 
+    /// `f` compiled with this instruction set's target features (`f.call()` must be
+    /// `#[inline(always)]`: `vectorize` applies the features only to code inlined into it,
+    /// which a closure does not guarantee); the portable set calls it as it is.
+    #[inline(always)]
+    fn vectorize<F: pulp::NullaryFnOnce>(self, f: F) -> F::Output {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Self::Vnni(simd, _) => simd.vectorize(f),
+            #[cfg(target_arch = "x86_64")]
+            Self::V4(simd) => simd.vectorize(f),
+            #[cfg(target_arch = "x86_64")]
+            Self::V3(simd) => simd.vectorize(f),
+            Self::Portable => f.call(),
+        }
+    }
+
     /// A short name for logs and benchmark records.
     pub fn name(self) -> &'static str {
         match self {
@@ -360,14 +376,10 @@ struct Task<'a, 'b> {
     epilogue: Epilogue<'a>,
 }
 
-/// A [`Task`] or a single tile run under an instruction set's target features (a named type:
-/// `vectorize` compiles its argument with the features only when it is inlined, which
-/// `#[inline(always)]` guarantees and a closure does not).
-#[cfg(target_arch = "x86_64")]
-struct Vectorized<T>(T, Isa);
+/// A [`Task`] as the argument of [`Isa::vectorize`].
+struct RunTask<'a, 'b>(Task<'a, 'b>, Isa);
 
-#[cfg(target_arch = "x86_64")]
-impl pulp::NullaryFnOnce for Vectorized<Task<'_, '_>> {
+impl pulp::NullaryFnOnce for RunTask<'_, '_> {
     type Output = ();
 
     #[inline(always)]
@@ -379,15 +391,7 @@ impl pulp::NullaryFnOnce for Vectorized<Task<'_, '_>> {
 impl Task<'_, '_> {
     /// Runs the task under `isa`'s target features.
     fn dispatch(self, isa: Isa) {
-        match isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Vnni(simd, _) => simd.vectorize(Vectorized(self, isa)),
-            #[cfg(target_arch = "x86_64")]
-            Isa::V4(simd) => simd.vectorize(Vectorized(self, isa)),
-            #[cfg(target_arch = "x86_64")]
-            Isa::V3(simd) => simd.vectorize(Vectorized(self, isa)),
-            Isa::Portable => self.run(isa),
-        }
+        isa.vectorize(RunTask(self, isa));
     }
 
     #[inline(always)]
@@ -576,16 +580,7 @@ mod tests {
                 micro(self.0, self.1, self.2, self.3, self.4)
             }
         }
-        let op = Op(isa, a, b, acc, fresh);
-        match isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Vnni(simd, _) => simd.vectorize(op),
-            #[cfg(target_arch = "x86_64")]
-            Isa::V4(simd) => simd.vectorize(op),
-            #[cfg(target_arch = "x86_64")]
-            Isa::V3(simd) => simd.vectorize(op),
-            Isa::Portable => pulp::NullaryFnOnce::call(op),
-        }
+        isa.vectorize(Op(isa, a, b, acc, fresh));
     }
 
     /// The integer sums the kernel of `isa` computes (blocks of [`KCP`] pairs, as

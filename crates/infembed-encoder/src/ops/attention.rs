@@ -3,14 +3,14 @@
 //! self-attention of the BERT family (the `flex` kernels of [`crate::cpu::attention`], else
 //! burn's ops on the padded batch), and the head/mask glue around them.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use burn::nn::{Dropout, Linear};
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use burn::tensor::ops::AttentionModuleOptions;
 
-use super::{Packing, dropout, linear};
+use super::{Packing, Prepared, dropout, linear};
 use crate::cpu::attention::{self as kernel, QkvWeights};
 use crate::device::Quantization;
 
@@ -118,51 +118,24 @@ fn attend_decomposed(
 }
 
 /// The query, key and value projections prepared once per model for the `flex` inference
-/// kernel (their weights side by side, see [`QkvWeights`]), kept by the model that owns the
-/// projections and shared by its clones. The prepared weights are rebuilt only when the
-/// projections' parameters are no longer those they were built from (a new model after an
-/// optimizer step, a load, a move to another device); they are no parameters themselves
-/// (neither trained nor saved).
-#[derive(Clone, Default)]
-pub(crate) struct FusedQkv(Arc<Mutex<(Quantization, Option<Arc<QkvWeights>>)>>);
-
-impl std::fmt::Debug for FusedQkv {
-    // the prepared weights are as large as the projections: say only whether they are there
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("FusedQkv")
-            .field("quantization", &slot.0)
-            .field("prepared", &slot.1.is_some())
-            .finish()
-    }
-}
+/// kernel (their weights side by side, see [`QkvWeights`]; see [`Prepared`] for when they are
+/// rebuilt).
+pub(crate) type FusedQkv = Prepared<QkvWeights>;
 
 impl FusedQkv {
     /// The prepared weights of `layers` (`d x d` each), built now when missing or stale;
     /// `None` unless the parameters are plain `flex` `f32` tensors.
     fn get(&self, layers: [&Linear; 3], d: usize) -> Option<Arc<QkvWeights>> {
-        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let quantization = slot.0;
-        if let Some(w) = slot
-            .1
-            .as_ref()
-            .filter(|w| w.quantization() == quantization && w.built_from(layers))
-        {
-            return Some(Arc::clone(w));
-        }
-        let w = Arc::new(QkvWeights::new(layers, d, quantization)?);
-        slot.1 = Some(Arc::clone(&w));
-        Some(w)
+        self.get_or_build(
+            |w| w.built_from(layers),
+            |quantization| QkvWeights::new(layers, d, quantization),
+        )
     }
 
     /// Computes the projections with `quantization` from now on, their weights prepared now
     /// (when they are plain `flex` `f32` tensors).
     pub(crate) fn set_quantization(&self, quantization: Quantization, layers: [&Linear; 3]) {
-        {
-            let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-            slot.0 = quantization;
-            slot.1 = None;
-        }
+        self.set_mode(quantization);
         let d = layers[0].weight.dims()[0];
         if layers.iter().all(|l| l.weight.dims() == [d, d]) {
             self.get(layers, d);

@@ -49,48 +49,82 @@ pub(crate) fn linear_gelu<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tenso
     try_linear(layer, x, Activation::Gelu).unwrap_or_else(|x| gelu(layer.forward(x)))
 }
 
-/// How one linear layer computes at inference ([`Quantization`]), with its int8 weights when
-/// it computes in int8: kept by the module that owns the layer (a `#[module(skip)]` field,
-/// shared by the module's clones), built once by [`QuantSlot::set`] and rebuilt only when the
-/// layer's parameters are no longer those it was built from. Neither trained nor saved.
-#[derive(Clone, Default)]
-pub(crate) struct QuantSlot(Arc<Mutex<(Quantization, Option<Arc<Int8Linear>>)>>);
+/// Weights a kernel prepares from a module's parameters (the attention's fused projections,
+/// a layer's int8 weights), with the [`Quantization`] they are prepared for: kept by the module
+/// that owns the parameters (a `#[module(skip)]` field, shared by the module's clones), built
+/// once and rebuilt only when the parameters are no longer those they were built from (a new
+/// model after an optimizer step, a load, a move to another device) or the mode changes.
+/// Neither trained nor saved.
+pub(crate) struct Prepared<T>(Arc<Mutex<(Quantization, Option<Arc<T>>)>>);
 
-impl std::fmt::Debug for QuantSlot {
+impl<T> Clone for Prepared<T> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<T> Default for Prepared<T> {
+    fn default() -> Self {
+        Self(Arc::new(Mutex::new((Quantization::None, None))))
+    }
+}
+
+impl<T> std::fmt::Debug for Prepared<T> {
+    // prepared weights are as large as the parameters: say only whether they are there
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        f.debug_struct("QuantSlot")
+        f.debug_struct("Prepared")
             .field("quantization", &slot.0)
             .field("prepared", &slot.1.is_some())
             .finish()
     }
 }
 
+impl<T> Prepared<T> {
+    /// Prepares for `quantization` from now on (what was prepared before is dropped).
+    pub(crate) fn set_mode(&self, quantization: Quantization) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = (quantization, None);
+    }
+
+    /// The prepared value when `fresh` says it still holds, else `build(mode)` (kept; `None`
+    /// when it cannot be built).
+    pub(crate) fn get_or_build(
+        &self,
+        fresh: impl FnOnce(&T) -> bool,
+        build: impl FnOnce(Quantization) -> Option<T>,
+    ) -> Option<Arc<T>> {
+        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(w) = slot.1.as_ref().filter(|w| fresh(w)) {
+            return Some(Arc::clone(w));
+        }
+        let w = Arc::new(build(slot.0)?);
+        slot.1 = Some(Arc::clone(&w));
+        Some(w)
+    }
+}
+
+/// How one linear layer computes at inference, with its int8 weights when it computes in int8
+/// ([`Prepared`]).
+pub(crate) type QuantSlot = Prepared<Int8Linear>;
+
 impl QuantSlot {
     /// Computes `layer` with `quantization` from now on, its int8 weights prepared now (when
     /// its parameters are plain `flex` `f32` tensors).
     pub(crate) fn set(&self, quantization: Quantization, layer: &Linear) {
-        {
-            let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-            slot.0 = quantization;
-            slot.1 = None;
-        }
+        self.set_mode(quantization);
         self.int8(layer);
     }
 
     /// The int8 weights of `layer` when it computes in int8 and its parameters are plain
     /// `flex` `f32` tensors (built now when missing or stale).
     fn int8(&self, layer: &Linear) -> Option<Arc<Int8Linear>> {
-        let mut slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if slot.0 != Quantization::Int8 {
-            return None;
-        }
-        if let Some(q) = slot.1.as_ref().filter(|q| q.built_from(layer)) {
-            return Some(Arc::clone(q));
-        }
-        let q = Arc::new(Int8Linear::new(layer)?);
-        slot.1 = Some(Arc::clone(&q));
-        Some(q)
+        self.get_or_build(
+            |q| q.built_from(layer),
+            |mode| match mode {
+                Quantization::Int8 => Int8Linear::new(layer),
+                _ => None,
+            },
+        )
     }
 }
 

@@ -10,8 +10,8 @@ use infembed::encoder::{Interaction, ModelInfo};
 use infembed::metrics::{Run, TieBreak};
 use infembed::{
     Bm25Config, Bm25Retriever, EmbeddingIndex, EncoderRetriever, EvalConfig, EvalResults,
-    EvaluatedModel, FollowIrOutcome, FollowIrReport, RetrievalReport, Retriever, Stemmer,
-    StopWords, evaluate_followir, evaluate_retrieval, load_heldout,
+    EvaluatedModel, FollowIrOutcome, FollowIrReport, ReportedMeasure, RetrievalReport, Retriever,
+    Stemmer, StopWords, evaluate_followir, evaluate_retrieval, load_heldout,
 };
 
 use super::load_encoder;
@@ -275,9 +275,9 @@ fn write_followir(args: &EvalArgs, outcome: &FollowIrOutcome) -> Result<()> {
 type Header<'a> = (&'a str, &'a str, usize, usize);
 
 /// Prints a header line and a table of labelled values (`None` prints as n/a).
-fn print_table((name, retriever, n_queries, n_docs): Header<'_>, rows: &[(&str, Option<f64>)]) {
+fn print_table((name, retriever, n_queries, n_docs): Header<'_>, rows: &[ReportedMeasure]) {
     println!("{name} | {retriever} | {n_queries} queries, {n_docs} documents");
-    for (label, value) in rows {
+    for ReportedMeasure { label, value, .. } in rows {
         match value {
             Some(v) => println!("  {label:<22}{v:>7.2}"),
             None => println!("  {label:<22}{:>7}", "n/a"),
@@ -287,26 +287,10 @@ fn print_table((name, retriever, n_queries, n_docs): Header<'_>, rows: &[(&str, 
 
 fn print_followir(r: &FollowIrReport) {
     let header = (r.name.as_str(), r.retriever.as_str(), r.n_queries, r.n_docs);
-    let rows = [
-        ("p-MRR", Some(r.p_mrr)),
-        ("nDCG@5   (original)", Some(r.ndcg_at_5)),
-        ("nDCG@10  (original)", Some(r.ndcg_at_10)),
-        ("MAP@1000 (original)", Some(r.map_at_1000)),
-        ("MRR@10   (original)", Some(r.mrr_at_10)),
-        ("nDCG@10  (changed)", Some(r.changed_ndcg_at_10)),
-        ("pairwise accuracy", r.pairwise_accuracy),
-    ];
-    print_table(header, &rows);
+    print_table(header, &r.measures());
 }
 
 fn print_retrieval(r: &RetrievalReport) {
     let header = (r.name.as_str(), r.retriever.as_str(), r.n_queries, r.n_docs);
-    let rows = [
-        ("nDCG@10", Some(r.ndcg_at_10)),
-        ("MAP@1000", Some(r.map_at_1000)),
-        ("MRR@10", Some(r.mrr_at_10)),
-        ("P@10", Some(r.p_at_10)),
-        ("Recall@100", Some(r.recall_at_100)),
-    ];
-    print_table(header, &rows);
+    print_table(header, &r.measures());
 }
