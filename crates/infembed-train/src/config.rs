@@ -339,6 +339,22 @@ impl TrainConfig {
         Ok(cfg)
     }
 
+    /// A config from its JSON form (as it serializes, possibly edited: the ablation grid sets
+    /// keys this way), validated. `origin` names where it came from in errors (a file, or a
+    /// file and a grid row).
+    ///
+    /// # Errors
+    /// [`Error::ConfigParse`] for an unknown key or a value of the wrong type (naming it),
+    /// [`Error::Config`] / [`Error::Missing`] as [`validate`](Self::validate).
+    pub fn from_value(value: serde_json::Value, origin: &Path) -> Result<Self> {
+        let cfg: Self = serde_json::from_value(value).map_err(|e| Error::ConfigParse {
+            path: origin.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        cfg.validate_at(origin)?;
+        Ok(cfg)
+    }
+
     /// The devices to train on: `devices`, else `[device]`, else `[cpu]`.
     pub fn device_specs(&self) -> Vec<DeviceSpec> {
         match (&self.devices, self.device) {

@@ -55,7 +55,7 @@ pub use config::{
 pub use error::{DashboardProblem, Error, Result};
 pub use negatives::instruction_negatives_per_row;
 pub use optim::{adamw, clip_global_norm, global_norm, learning_rate, warmup_steps};
-pub use plot::{Chart, EvalSeries, evaluation_chart, training_chart};
+pub use plot::{Chart, EvalSeries, GridChartRow, evaluation_chart, grid_chart, training_chart};
 pub use progress::ProgressMode;
 pub use step::{StepGrads, full_batch_step, grad_cache_step, multi_device_step};
 pub use trainer::{

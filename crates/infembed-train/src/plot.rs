@@ -813,3 +813,214 @@ mod tests {
         assert_eq!(chart.svg.matches("<circle").count(), 24);
     }
 }
+
+/// One row of [`grid_chart`]: a recipe of an ablation grid.
+#[derive(Debug, Clone)]
+pub struct GridChartRow {
+    /// The row's label.
+    pub label: String,
+    /// Its value for each seed (x100); empty for a row still pending.
+    pub values: Vec<f64>,
+    /// The paper's value for it (x100), when known.
+    pub paper: Option<f64>,
+}
+
+/// The chart of an ablation grid: one line per row, each seed's value as a small ring, the mean
+/// as a dot with a bar of ± one sample standard deviation, and the zero-shot value (when given)
+/// as a vertical dashed line; with a `paper` measure, a second panel on the same rows shows the
+/// paper's values, so the two rankings can be compared by eye.
+///
+/// # Errors
+/// [`Error::Chart`] when drawing fails.
+pub fn grid_chart(
+    title: &str,
+    rows: &[GridChartRow],
+    baseline: Option<f64>,
+    paper: Option<&str>,
+) -> Result<Chart> {
+    let row_height = 26u32;
+    let label_width = rows
+        .iter()
+        .map(|r| r.label.len() as u32 * 7 + 16)
+        .max()
+        .unwrap_or(80)
+        .clamp(80, 420);
+    let panels = if paper.is_some() { 2 } else { 1 };
+    let size = (
+        label_width + PANEL.0 * panels,
+        (rows.len() as u32).max(1) * row_height + 130,
+    );
+    let view = GridView {
+        title,
+        rows,
+        baseline,
+        paper,
+        label_width,
+    };
+    render(
+        "the grid chart",
+        size,
+        |root| draw_grid(root, &view),
+        |root| draw_grid(root, &view),
+    )
+}
+
+/// Mean and sample standard deviation (0 for fewer than two values; NaN mean for none).
+fn mean_sd(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let m = values.iter().sum::<f64>() / n;
+    if values.len() < 2 {
+        return (m, 0.0);
+    }
+    let sd = (values.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
+    (m, sd)
+}
+
+struct GridView<'a> {
+    title: &'a str,
+    rows: &'a [GridChartRow],
+    baseline: Option<f64>,
+    paper: Option<&'a str>,
+    label_width: u32,
+}
+
+fn draw_grid<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    view: &GridView<'_>,
+) -> std::result::Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (header, body) = root.split_vertically(40);
+    header
+        .draw(&Text::new(view.title.to_string(), (16, 10), (FONT, 16)))
+        .map_err(|e| e.to_string())?;
+    let n = view.rows.len().max(1);
+    // Row i is drawn at y = n - 1 - i, so the grid's first row is at the top.
+    let y_of = |i: usize| (n - 1 - i) as f64;
+    let labels: Vec<String> = view.rows.iter().map(|r| r.label.clone()).collect();
+    let label_of = move |at: &f64| {
+        let y = at.round();
+        if (y - *at).abs() > 1e-6 || y < 0.0 || y >= n as f64 {
+            return String::new();
+        }
+        labels.get(n - 1 - y as usize).cloned().unwrap_or_default()
+    };
+    // Every seed's value, each mean +/- sd bar's ends, the zero-shot line.
+    let ours: Vec<f64> = view
+        .rows
+        .iter()
+        .flat_map(|r| {
+            let (m, sd) = mean_sd(&r.values);
+            r.values.iter().copied().chain([m - sd, m + sd])
+        })
+        .filter(|v| v.is_finite())
+        .chain(view.baseline)
+        .collect();
+    let (lo, hi) = value_range(ours.iter().copied());
+    let width = view.label_width + PANEL.0;
+    let (left, right) = body.split_horizontally(width);
+    let mut chart = ChartBuilder::on(&left)
+        .caption(
+            "this grid: mean +/- sd over seeds (rings: each seed)",
+            (FONT, 14),
+        )
+        .margin(8)
+        .margin_right(24)
+        .x_label_area_size(38)
+        .y_label_area_size(view.label_width)
+        .build_cartesian_2d(lo..hi, -0.6f64..(n as f64 - 0.4))
+        .map_err(|e| e.to_string())?;
+    let span = hi - lo;
+    chart
+        .configure_mesh()
+        .x_labels(6)
+        .y_labels(n * 2 + 1)
+        .x_desc("dev p-MRR (x100)")
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .x_label_formatter(&|v| tick_label(*v, span))
+        .y_label_formatter(&label_of)
+        .disable_y_mesh()
+        .light_line_style(RGBColor(245, 245, 245))
+        .bold_line_style(RGBColor(225, 225, 225))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    if let Some(b) = view.baseline {
+        let dashes: Vec<f64> = (0..=(n * 8))
+            .map(|k| -0.6 + k as f64 * (n as f64 + 0.2) / (n * 8) as f64)
+            .collect();
+        chart
+            .draw_series(
+                dashes.chunks(2).filter(|c| c.len() == 2).map(|c| {
+                    PathElement::new(vec![(b, c[0]), (b, c[1])], PALETTE[1].stroke_width(2))
+                }),
+            )
+            .map_err(|e| e.to_string())?
+            .label(format!("zero-shot {b:.2}"))
+            .legend(|(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], PALETTE[1].stroke_width(2))
+            });
+    }
+    for (i, row) in view.rows.iter().enumerate() {
+        let y = y_of(i);
+        chart
+            .draw_series(
+                row.values
+                    .iter()
+                    .map(|&v| Circle::new((v, y), 4, PALETTE[0].stroke_width(1))),
+            )
+            .map_err(|e| e.to_string())?;
+        if row.values.is_empty() {
+            continue;
+        }
+        let (m, sd) = mean_sd(&row.values);
+        if row.values.len() > 1 {
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(m - sd, y), (m + sd, y)],
+                    PALETTE[0].stroke_width(2),
+                )))
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .draw_series(std::iter::once(Circle::new((m, y), 5, PALETTE[0].filled())))
+            .map_err(|e| e.to_string())?;
+    }
+    if view.baseline.is_some() {
+        chart
+            .configure_series_labels()
+            .label_font((FONT, 12))
+            .background_style(WHITE.mix(0.8))
+            .border_style(RGBColor(200, 200, 200))
+            .draw()
+            .map_err(|e| e.to_string())?;
+    }
+    if let Some(measure) = view.paper {
+        let (plo, phi) = value_range(view.rows.iter().filter_map(|r| r.paper));
+        let mut p = ChartBuilder::on(&right)
+            .caption(format!("paper: {measure}"), (FONT, 14))
+            .margin(8)
+            .margin_right(24)
+            .x_label_area_size(38)
+            .y_label_area_size(8)
+            .build_cartesian_2d(plo..phi, -0.6f64..(n as f64 - 0.4))
+            .map_err(|e| e.to_string())?;
+        let pspan = phi - plo;
+        p.configure_mesh()
+            .x_labels(6)
+            .y_labels(n * 2 + 1)
+            .label_style((FONT, 12))
+            .x_label_formatter(&|v| tick_label(*v, pspan))
+            .y_label_formatter(&|_| String::new())
+            .disable_y_mesh()
+            .light_line_style(RGBColor(245, 245, 245))
+            .bold_line_style(RGBColor(225, 225, 225))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        p.draw_series(view.rows.iter().enumerate().filter_map(|(i, r)| {
+            r.paper
+                .map(|v| Circle::new((v, y_of(i)), 5, PALETTE[2].filled()))
+        }))
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}

@@ -570,8 +570,16 @@ impl Trainer {
         }
         let started = Instant::now();
         let mut rows_done = 0usize;
+        // The mean loss of the next history entry covers every step since the previous entry,
+        // those before a resume included (their losses are in the checkpoint's step records),
+        // so a resumed run's history equals an uninterrupted one's.
+        let since = self.state.history.last().map_or(0, |h| h.step);
         let mut window_loss = 0.0f64;
         let mut window_steps = 0usize;
+        for r in self.state.steps.iter().filter(|r| r.step > since) {
+            window_loss += r.loss;
+            window_steps += 1;
+        }
         let mut stopped = false;
         'epochs: while self.state.epoch < self.config.epochs && self.state.step < total {
             let epoch = self.state.epoch;

@@ -16,6 +16,9 @@ pub enum Error {
     /// Training failed.
     #[error(transparent)]
     Train(#[from] infembed_train::Error),
+    /// An ablation grid file or one of its rows is invalid.
+    #[error(transparent)]
+    Grid(#[from] crate::ablation::GridError),
     /// Writing an output file failed.
     #[error("cannot write {}: {source}", path.display())]
     Write {

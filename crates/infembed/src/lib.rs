@@ -18,12 +18,15 @@
 //!   file with the development split evaluated by [`FollowIrDevEvaluator`]);
 //! - `synth` (cargo feature `synth`, on by default): the InF-IR synthesis pipeline against any
 //!   OpenAI-compatible server;
-//! - [`quickstart`]: zero-shot evaluation, fine-tuning and evaluation again.
+//! - [`quickstart`]: zero-shot evaluation, fine-tuning and evaluation again;
+//! - [`ablation`]: grids of training runs from one file, cached and resumable, reported as
+//!   means and spreads over seeds.
 //!
 //! The `infembed` binary wraps these (`infembed eval --help`, `infembed embed --help`,
 //! `infembed search --help`). Runnable examples of the library API are in the repository's
 //! `examples/` folder.
 
+pub mod ablation;
 mod error;
 pub mod quickstart;
 pub mod training;

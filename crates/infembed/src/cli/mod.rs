@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use infembed::encoder::{DualEncoder, EncoderConfig};
 
+pub mod ablate;
 pub mod device;
 pub mod embed;
 pub mod eval;
@@ -45,6 +46,9 @@ enum Command {
     Quickstart(quickstart::QuickstartArgs),
     /// List the devices this build can run on (--device), and the backends it lacks.
     Devices(device::DevicesArgs),
+    /// Run an ablation grid: many training runs from one file, cached, resumable, reported
+    /// as means and spreads over seeds (docs/ablation.md).
+    Ablate(ablate::AblateArgs),
 }
 
 /// Runs the parsed command.
@@ -58,6 +62,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train(args) => train::run(&args),
         Command::Quickstart(args) => quickstart::run(&args),
         Command::Devices(args) => device::run(&args),
+        Command::Ablate(args) => ablate::run(&args),
     }
 }
 
