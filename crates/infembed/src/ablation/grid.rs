@@ -302,6 +302,14 @@ impl Grid {
         Ok(TrainConfig::from_value(value, &origin)?)
     }
 
+    /// Every seed a row can run with: the grid's `seeds`, then `more_seeds`.
+    pub fn all_seeds(&self) -> impl Iterator<Item = u64> + '_ {
+        self.seeds
+            .iter()
+            .chain(self.more_seeds.iter().flat_map(|m| m.seeds.iter()))
+            .copied()
+    }
+
     /// The base config with the grid's `set` (what the zero-shot row evaluates).
     ///
     /// # Errors

@@ -117,19 +117,25 @@ pub fn run_grid(grid: &Grid, options: &GridOptions) -> Result<GridReport> {
     let mut ctx = Context::new(grid, options, true)?;
     std::fs::create_dir_all(&grid.output_dir)
         .map_err(|source| write_err(&grid.output_dir, source))?;
-    ctx.zero_shot()?;
+    let zero = ctx.zero_shot()?;
+    let report = |results: &[RunResult]| -> Result<GridReport> {
+        let report = GridReport::build(grid, Some(zero.clone()), results.to_vec());
+        report.write(&grid.output_dir)?;
+        Ok(report)
+    };
     let mut results = Vec::new();
     for row in &grid.rows {
         for &seed in &grid.seeds {
             match ctx.run(row, seed)? {
                 Some(r) => results.push(r),
-                None => return ctx.report(results),
+                None => return report(&results),
             }
-            ctx.report(results.clone())?;
+            report(&results)?;
         }
     }
     if let Some(more) = &grid.more_seeds {
-        let first = ctx.report(results.clone())?;
+        // The first pass's ranking (its report is already written).
+        let first = GridReport::build(grid, Some(zero.clone()), results.clone());
         for label in first.top_rows(more.by, more.top) {
             let Some(row) = grid.rows.iter().find(|r| r.label == label) else {
                 continue;
@@ -137,13 +143,13 @@ pub fn run_grid(grid: &Grid, options: &GridOptions) -> Result<GridReport> {
             for &seed in &more.seeds {
                 match ctx.run(row, seed)? {
                     Some(r) => results.push(r),
-                    None => return ctx.report(results),
+                    None => return report(&results),
                 }
-                ctx.report(results.clone())?;
+                report(&results)?;
             }
         }
     }
-    ctx.report(results)
+    report(&results)
 }
 
 /// The results already in `grid`'s output folder (nothing is trained or evaluated): the
@@ -159,7 +165,8 @@ pub fn load_results(
     options: &GridOptions,
 ) -> Result<(Option<ZeroShotResult>, Vec<RunResult>)> {
     let mut ctx = Context::new(grid, options, false)?;
-    let zero = ctx.zero_shot_key().and_then(|key| {
+    let base = grid.base_config()?;
+    let zero = ctx.zero_shot_key(&base).and_then(|key| {
         Ok(
             read_json::<ZeroShotResult>(&grid.output_dir.join(ZERO_SHOT_FILE))?
                 .filter(|r| r.key == key),
@@ -167,11 +174,7 @@ pub fn load_results(
     })?;
     let mut runs = Vec::new();
     for row in &grid.rows {
-        let seeds = grid
-            .seeds
-            .iter()
-            .chain(grid.more_seeds.iter().flat_map(|m| m.seeds.iter()));
-        for &seed in seeds {
+        for seed in grid.all_seeds() {
             let (key, dir, _) = ctx.run_key(row, seed)?;
             if let Some(r) = read_json::<RunResult>(&dir.join(RESULT_FILE))?
                 && r.key == key
@@ -283,8 +286,7 @@ impl<'g> Context<'g> {
     }
 
     /// The zero-shot result's key: the base model, its encoder config, the data, the devices.
-    fn zero_shot_key(&mut self) -> Result<String> {
-        let config = self.grid.base_config()?;
+    fn zero_shot_key(&mut self, config: &TrainConfig) -> Result<String> {
         let what = serde_json::json!({
             "model": config.model,
             "encoder": config.encoder,
@@ -296,7 +298,7 @@ impl<'g> Context<'g> {
 
     fn zero_shot(&mut self) -> Result<ZeroShotResult> {
         let config = self.grid.base_config()?;
-        let key = self.zero_shot_key()?;
+        let key = self.zero_shot_key(&config)?;
         let path = self.grid.output_dir.join(ZERO_SHOT_FILE);
         if let Some(r) = read_json::<ZeroShotResult>(&path)?
             && r.key == key
@@ -327,7 +329,6 @@ impl<'g> Context<'g> {
         Ok(result)
     }
 
-    /// Runs (or reads) one run. `None` when `max_runs` runs have trained in this call.
     /// A run's key, its folder and its config (devices applied, `output_dir` not yet set).
     fn run_key(&mut self, row: &GridRow, seed: u64) -> Result<(String, PathBuf, TrainConfig)> {
         let config = self.config(row, seed)?;
@@ -338,6 +339,7 @@ impl<'g> Context<'g> {
         Ok((key, dir, config))
     }
 
+    /// Runs (or reads) one run. `None` when `max_runs` runs have trained in this call.
     fn run(&mut self, row: &GridRow, seed: u64) -> Result<Option<RunResult>> {
         let (key, dir, mut config) = self.run_key(row, seed)?;
         let result_path = dir.join(RESULT_FILE);
@@ -455,13 +457,6 @@ impl<'g> Context<'g> {
             }
         }
         Ok(())
-    }
-
-    fn report(&self, results: Vec<RunResult>) -> Result<GridReport> {
-        let zero = read_json::<ZeroShotResult>(&self.grid.output_dir.join(ZERO_SHOT_FILE))?;
-        let report = GridReport::build(self.grid, zero, results);
-        report.write(&self.grid.output_dir)?;
-        Ok(report)
     }
 }
 

@@ -48,11 +48,7 @@ pub fn run(args: &AblateArgs) -> Result<()> {
             ))
         );
         for row in &grid.rows {
-            for &seed in grid
-                .seeds
-                .iter()
-                .chain(grid.more_seeds.iter().flat_map(|m| m.seeds.iter()))
-            {
+            for seed in grid.all_seeds() {
                 grid.config(row, seed)?;
             }
             println!("  {}", row.label);
