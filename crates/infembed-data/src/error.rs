@@ -252,6 +252,11 @@ pub enum Error {
         /// The file that was asked for.
         path: PathBuf,
     },
+
+    /// Inputs that do not fit together (e.g. mining scores whose length is not records x
+    /// candidates).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// Result with this crate's [`Error`].

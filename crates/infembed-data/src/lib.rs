@@ -31,6 +31,7 @@ pub mod eval;
 pub mod flatten;
 pub mod heldout;
 pub mod load;
+pub mod mined;
 pub mod read;
 pub mod record;
 pub mod template;
@@ -46,6 +47,10 @@ pub use load::beir::load_beir;
 pub use load::classic::Collection;
 pub use load::followir::load_followir;
 pub use load::{json_id, json_nonempty_str, json_opt_str, json_str};
+pub use mined::{
+    Candidate, HardNegativeFilter, LabelledPairs, MinedPassage, MiningOptions,
+    mined_negatives_jsonl, mining_candidates, read_mined_negatives, select_hard_negatives,
+};
 pub use read::{
     JsonObjects, JsonlRecords, ReadMode, RecordSet, Skipped, read_jsonl, read_jsonl_from,
     read_parquet, read_records,

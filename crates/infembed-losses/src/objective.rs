@@ -7,6 +7,7 @@
 //! | `p` | `[B, d]` | `p[m]`, the passage of row m |
 //! | `iq` | `[B, d]` | `iq[i,i]`, row i's own instruction with its own query |
 //! | `iq_instr` | `[B, K, d]` | `iq_instr[i,k] = iq[j_k, i]`: row i's *query* with another row's instruction `j_k != i` |
+//! | `p_extra` | `[M, d]` | extra passages (e.g. mined hard negatives), P-negatives of every row; optional |
 //!
 //! All embeddings are expected to be L2-normalized already (the encoder does it); the loss takes
 //! plain dot products, so the logit of a pair is `s(a, b) = scale * <a, b>` with
@@ -16,7 +17,8 @@
 //!
 //! The positive is `s_i = s(p_i, iq[i,i])`. The negatives vary one variable at a time:
 //!
-//! - P: `s(p_m, iq[i,i])` for `m != i` (the other passages of the batch);
+//! - P: `s(p_m, iq[i,i])` for `m != i` (the other passages of the batch), then
+//!   `s(p_extra[m], iq[i,i])` for every extra passage `m < M`;
 //! - IQ: `s(p_i, iq[k,k])` for `k != i` (the other rows' own instruction-query pairs; appendix C
 //!   uses this diagonal, not all `iq[j,k]`);
 //! - I: `s(p_i, iq_instr[i,k])` for `k < K` (row i's query with K other instructions).
@@ -60,6 +62,9 @@ pub struct NegativeMask {
     /// `[B, K]`: `instructions[i, k]` excludes `iq_instr[i, k]` as an I-negative of row i
     /// (e.g. the sampled instruction has the same text as row i's own).
     pub instructions: Option<Tensor<2, Bool>>,
+    /// `[B, M]`: `extra_passages[i, m]` excludes `p_extra[m]` as a P-negative of row i (e.g. it
+    /// has the same text as `p[i]`).
+    pub extra_passages: Option<Tensor<2, Bool>>,
 }
 
 /// The embeddings of one batch, in the layout described in the [module docs](self).
@@ -71,6 +76,9 @@ pub struct LossBatch {
     pub iq: Tensor<2>,
     /// `[B, K, d]` row i's query with K other instructions; needed only by objectives with I.
     pub iq_instr: Option<Tensor<3>>,
+    /// `[M, d]` extra passages that are P-negatives of every row (mined hard negatives); used
+    /// only by objectives with P.
+    pub p_extra: Option<Tensor<2>>,
     /// Negatives that must not count.
     pub mask: NegativeMask,
 }
@@ -82,6 +90,7 @@ impl LossBatch {
             p,
             iq,
             iq_instr: None,
+            p_extra: None,
             mask: NegativeMask::default(),
         }
     }
@@ -89,6 +98,12 @@ impl LossBatch {
     /// Adds the `[B, K, d]` instruction negatives.
     pub fn with_instruction_negatives(mut self, iq_instr: Tensor<3>) -> Self {
         self.iq_instr = Some(iq_instr);
+        self
+    }
+
+    /// Adds `[M, d]` extra passages, P-negatives of every row (see the [module docs](self)).
+    pub fn with_extra_passages(mut self, p_extra: Tensor<2>) -> Self {
+        self.p_extra = Some(p_extra);
         self
     }
 
@@ -164,6 +179,24 @@ impl LossBatch {
                 format!("[B, K] = [{b}, {k}]"),
             )?;
         }
+        let mut m = 0;
+        if let Some(extra) = &self.p_extra {
+            m = extra.dims()[0];
+            expect(
+                "p_extra",
+                extra.dims().to_vec(),
+                vec![m, d],
+                format!("[M, d] = [M, {d}]"),
+            )?;
+        }
+        if let Some(mask) = &self.mask.extra_passages {
+            expect(
+                "mask.extra_passages",
+                mask.dims().to_vec(),
+                vec![b, m],
+                format!("[B, M] = [{b}, {m}]"),
+            )?;
+        }
         Ok((b, k, d))
     }
 }
@@ -186,7 +219,8 @@ pub fn log_sum_exp(x: Tensor<2>) -> Tensor<2> {
 pub struct MarginalLogits {
     /// `[B, 1]`: `s(p_i, iq[i,i])`.
     pub positive: Tensor<2>,
-    /// `[B, B]`: P-negatives `s(p_m, iq[i,i])` at `[i, m]`; present if P was requested.
+    /// `[B, B + M]`: P-negatives `s(p_m, iq[i,i])` at `[i, m]`, then the M extra passages'
+    /// `s(p_extra[m], iq[i,i])` at `[i, B + m]`; present if P was requested.
     pub p: Option<Tensor<2>>,
     /// `[B, K]`: I-negatives `s(p_i, iq_instr[i,k])` at `[i, k]`; present if I was requested and
     /// K > 0.
@@ -228,9 +262,24 @@ impl MarginalLogits {
             };
             block.mask_fill(excluded, f32::NEG_INFINITY)
         };
-        let p = variables
-            .contains(Variable::P)
-            .then(|| square_block(s.clone(), &batch.mask.passages));
+        let p = variables.contains(Variable::P).then(|| {
+            let own = square_block(s.clone(), &batch.mask.passages);
+            match &batch.p_extra {
+                Some(extra) if extra.dims()[0] > 0 => {
+                    let logits = batch
+                        .iq
+                        .clone()
+                        .matmul(extra.clone().transpose())
+                        .mul_scalar(scale);
+                    let logits = match &batch.mask.extra_passages {
+                        Some(m) => logits.mask_fill(m.clone(), f32::NEG_INFINITY),
+                        None => logits,
+                    };
+                    Tensor::cat(vec![own, logits], 1)
+                }
+                _ => own,
+            }
+        });
         let iq = variables
             .contains(Variable::Iq)
             .then(|| square_block(s.clone().transpose(), &batch.mask.pairs));

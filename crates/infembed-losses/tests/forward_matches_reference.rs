@@ -52,6 +52,31 @@ proptest! {
         }
     }
 
+    /// Extra passages (mined hard negatives) join every row's P-marginal, masked per row.
+    #[test]
+    fn extra_passages_join_the_p_marginal(
+        b in 1usize..=16,
+        k in 1usize..=4,
+        m in 1usize..=6,
+        d in 1usize..=16,
+        temperature in 0.01f64..=1.0,
+        mask_rate in prop_oneof![Just(0.0), 0.0f64..0.6],
+        seed in any::<u64>(),
+    ) {
+        let batch = fixture::with_extra(random_batch(seed, b, k, d, mask_rate), seed, m, mask_rate);
+        let tensors = loss_batch(&batch, &flex());
+        let scale = 1.0 / temperature;
+        for (objective, reference) in all_objectives() {
+            let loss = ContrastiveLoss::new(objective, scale, Reduction::Mean).unwrap();
+            let rows = values(loss.forward_no_reduction(&tensors));
+            let expected = reference::rows(&batch, scale, &reference);
+            for (i, (got, want)) in rows.iter().zip(&expected).enumerate() {
+                prop_assert!(close(*got, *want, scale),
+                    "{objective:?} row {i}: burn {got} vs reference {want} (M = {m})");
+            }
+        }
+    }
+
     /// `Convention::ReferenceCode` + `Scale::ReferenceCode` reproduce the published code's
     /// loss, transcribed separately in the reference module (no duplicate masks there).
     #[test]
@@ -135,6 +160,8 @@ fn extreme_logits_are_finite() {
         mask_p: vec![vec![false; b]; b],
         mask_iq: vec![vec![false; b]; b],
         mask_i: vec![vec![false; k]; b],
+        extra_p: Vec::new(),
+        mask_extra: vec![Vec::new(); b],
     };
     // p_m . iq_i = -1 for all pairs except the I negatives (+1).
     let device = flex();

@@ -36,6 +36,8 @@ fn permute(batch: &RefBatch, perm: &[usize]) -> RefBatch {
             .map(|&r| perm.iter().map(|&c| batch.mask_iq[r][c]).collect())
             .collect(),
         mask_i: perm.iter().map(|&r| batch.mask_i[r].clone()).collect(),
+        extra_p: batch.extra_p.clone(),
+        mask_extra: perm.iter().map(|&r| batch.mask_extra[r].clone()).collect(),
     }
 }
 
@@ -183,6 +185,8 @@ proptest! {
             mask_p: vec![vec![false; b]; b],
             mask_iq: vec![vec![false; b]; b],
             mask_i: vec![vec![false; k]; b],
+            extra_p: Vec::new(),
+            mask_extra: vec![Vec::new(); b],
         };
         let batch = loss_batch(&raw, &flex());
         let size = |v: Variable| -> f64 {

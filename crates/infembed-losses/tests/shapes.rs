@@ -74,6 +74,21 @@ fn mismatched_instruction_negatives_and_masks_are_reported() {
     let err = bad_instr_mask.check(VariableSet::ALL).unwrap_err();
     assert!(err.to_string().contains("[B, K] = [3, 2]"), "{err}");
 
+    let bad_extra = with_instr
+        .clone()
+        .with_extra_passages(Tensor::zeros([4, 6], &device()));
+    let err = bad_extra.check(VariableSet::ALL).unwrap_err();
+    assert!(err.to_string().contains("[M, d] = [M, 5]"), "{err}");
+    let bad_extra_mask = with_instr
+        .clone()
+        .with_extra_passages(Tensor::zeros([4, 5], &device()))
+        .with_mask(NegativeMask {
+            extra_passages: Some(Tensor::<2, Bool>::empty([3, 3], &device())),
+            ..NegativeMask::default()
+        });
+    let err = bad_extra_mask.check(VariableSet::ALL).unwrap_err();
+    assert!(err.to_string().contains("[B, M] = [3, 4]"), "{err}");
+
     assert_eq!(with_instr.check(VariableSet::ALL).unwrap(), (3, 2, 5));
 }
 

@@ -44,6 +44,8 @@ fn main() -> Result<()> {
             .map(|i| (1..=k).map(|j| (i + j) % n).collect())
             .collect(),
         dropout_seed: 0,
+        extra_passages: Vec::new(),
+        extra_excluded: vec![Vec::new(); n],
     };
     let config = EncoderConfig {
         query_max_length: Some(128),

@@ -5,8 +5,11 @@
 //! `(seed, step)` (the instruction negatives), so a resumed run draws exactly what an
 //! uninterrupted one draws, and the checkpoint needs no generator state beyond the step.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use burn::tensor::{Bool, Device, Tensor, TensorData};
-use infembed_data::{InfIrRecord, Row, record_rows};
+use infembed_data::{InfIrRecord, LabelledPairs, Row, record_rows};
 use infembed_encoder::Interaction;
 use infembed_losses::NegativeMask;
 use rand::SeedableRng;
@@ -27,6 +30,34 @@ pub struct TrainBatch {
     /// Seed of the device generator for this batch's dropout masks (a function of the run's
     /// seed and the step), so that dropout is reproducible and resumable.
     pub dropout_seed: u64,
+    /// Mined hard negatives of the batch's records ([`TrainBatch::with_mined`]): distinct
+    /// texts, none equal to a row's passage, P-negatives of every row. Empty without mining.
+    pub extra_passages: Vec<Arc<str>>,
+    /// `[rows][extra]`: `true` where the extra passage is labelled relevant to the row's
+    /// (instruction, query) somewhere in the training set, so it is no negative of that row.
+    pub extra_excluded: Vec<Vec<bool>>,
+}
+
+/// The mined hard negatives of a training set, as batches use them: each record's list
+/// (`infembed_data::read_mined_negatives`), how many of each list join a batch, and every
+/// labelled (instruction, query) -> passage of the training set.
+#[derive(Debug, Clone)]
+pub struct MinedSet {
+    lists: Vec<Vec<Arc<str>>>,
+    labelled: LabelledPairs,
+    per_record: usize,
+}
+
+impl MinedSet {
+    /// `lists[r]`: record r's mined negatives, best first; the first `per_record` of each join
+    /// its batch.
+    pub fn new(lists: Vec<Vec<Arc<str>>>, records: &[InfIrRecord], per_record: usize) -> Self {
+        MinedSet {
+            lists,
+            labelled: LabelledPairs::new(records),
+            per_record,
+        }
+    }
 }
 
 impl TrainBatch {
@@ -47,10 +78,52 @@ impl TrainBatch {
             .collect();
         let instruction_rows =
             instruction_rows(interaction, rows.len(), &mut step_rng(seed, step))?;
+        let n = rows.len();
         Ok(Self {
             rows,
             instruction_rows,
             dropout_seed: mix(seed, step),
+            extra_passages: Vec::new(),
+            extra_excluded: vec![Vec::new(); n],
+        })
+    }
+
+    /// Adds the mined negatives of `records` (the indices this batch was built from): the
+    /// first `per_record` of each record's list, in record order, without repeats and without
+    /// texts that are already a row's passage (those are in-batch negatives already). Each is
+    /// excluded for the rows it is labelled relevant to.
+    pub fn with_mined(mut self, mined: &MinedSet, records: &[usize]) -> Self {
+        let mut seen: HashSet<Arc<str>> =
+            self.rows.iter().map(|r| Arc::clone(&r.passage)).collect();
+        let mut extra = Vec::new();
+        for &r in records {
+            let list = mined.lists.get(r).map_or(&[][..], Vec::as_slice);
+            for text in list.iter().take(mined.per_record) {
+                if seen.insert(Arc::clone(text)) {
+                    extra.push(Arc::clone(text));
+                }
+            }
+        }
+        self.extra_excluded = self
+            .rows
+            .iter()
+            .map(|row| {
+                extra
+                    .iter()
+                    .map(|p| mined.labelled.is_positive(&row.instruction, &row.query, p))
+                    .collect()
+            })
+            .collect();
+        self.extra_passages = extra;
+        self
+    }
+
+    /// The `[rows, extra]` exclusion mask of the extra passages (`None` without any).
+    pub fn extra_mask(&self, device: &Device) -> Option<Tensor<2, Bool>> {
+        let m = self.extra_passages.len();
+        (m > 0).then(|| {
+            let v: Vec<bool> = self.extra_excluded.iter().flatten().copied().collect();
+            Tensor::from_data(TensorData::new(v, [self.rows.len(), m]), device)
         })
     }
 
@@ -94,6 +167,7 @@ impl TrainBatch {
             passages: Some(passages),
             pairs: Some(pairs),
             instructions: Some(instructions),
+            extra_passages: None,
         }
     }
 }
@@ -173,6 +247,68 @@ mod tests {
         let b = epoch_batches(10, 4, false, 1, 0);
         assert_eq!(b.iter().map(Vec::len).collect::<Vec<_>>(), vec![4, 4, 2]);
         assert_eq!(epoch_batches(10, 4, true, 1, 0).len(), 2);
+    }
+
+    #[test]
+    fn mined_passages_join_once_and_skip_their_labelled_rows() {
+        let records: Vec<InfIrRecord> = (0..4).map(|i| record(i, false)).collect();
+        let text = |s: &str| -> Arc<str> { Arc::from(s) };
+        let lists = vec![
+            // Record 0: record 3's positive (labelled for record 3's pair only), then a repeat.
+            vec![
+                text("passage 3"),
+                text("outside"),
+                text("hard negative one 1"),
+            ],
+            // Record 1: the same "outside" again and its batch mate's passage.
+            vec![text("outside"), text("passage 0"), text("unused")],
+            vec![],
+            vec![text("passage 0")],
+        ];
+        let mined = MinedSet::new(lists, &records, 2);
+        let batch = TrainBatch::new(&records, &[0, 1, 3], &Interaction::default(), 1, 0)
+            .unwrap()
+            .with_mined(&mined, &[0, 1, 3]);
+        // "passage 3" and "passage 0" are rows' passages already; "outside" once; record
+        // 1's third entry is beyond per_record.
+        assert_eq!(batch.extra_passages, vec![text("outside")]);
+        assert!(batch.extra_excluded.iter().flatten().all(|x| !x));
+        // Without record 3 in the batch, "passage 3" joins, excluded for no row of the batch
+        // (record 3's pair is not among them)...
+        let batch = TrainBatch::new(&records, &[0, 2], &Interaction::default(), 1, 0)
+            .unwrap()
+            .with_mined(&mined, &[0, 2]);
+        assert_eq!(
+            batch.extra_passages,
+            vec![text("passage 3"), text("outside")]
+        );
+        assert!(batch.extra_excluded.iter().flatten().all(|x| !x));
+        // ...but a record repeating record 3's pair excludes it for that row.
+        let mut twin = records.clone();
+        twin[2] = InfIrRecord::from_texts([
+            "query 3",
+            "instruction 3",
+            "passage 2",
+            "nq",
+            "ni",
+            "h1",
+            "h2",
+        ])
+        .unwrap();
+        let mined = MinedSet::new(
+            vec![vec![text("passage 3")], vec![], vec![], vec![]],
+            &twin,
+            1,
+        );
+        let batch = TrainBatch::new(&twin, &[0, 2], &Interaction::default(), 1, 0)
+            .unwrap()
+            .with_mined(&mined, &[0, 2]);
+        assert_eq!(batch.extra_passages, vec![text("passage 3")]);
+        let excluded: Vec<bool> = batch.extra_excluded.iter().map(|r| r[0]).collect();
+        // Rows: record 0's three, then record 2's (I+Q+ = record 3's pair) first.
+        assert_eq!(excluded, vec![false, false, false, true, false, false]);
+        let mask = batch.extra_mask(&Device::flex()).unwrap();
+        assert_eq!(mask.dims(), [6, 1]);
     }
 
     #[test]

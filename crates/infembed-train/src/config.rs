@@ -86,6 +86,11 @@ pub struct DataConfig {
     /// a unique `passage_id` and a non-empty `passage`).
     #[serde(default)]
     pub distractors: Option<PathBuf>,
+    /// Hard negatives mined for the training records (`infembed mine`; the format is
+    /// `infembed_data::mined`'s); `batch.mined_per_record` says how many of each record's join
+    /// its batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mined_negatives: Option<PathBuf>,
     /// Skip malformed records (reported) instead of failing on the first one.
     #[serde(default)]
     pub lenient: bool,
@@ -163,6 +168,15 @@ pub struct BatchConfig {
     /// Drop the last incomplete batch of an epoch (otherwise it is trained as a smaller batch).
     #[serde(default)]
     pub drop_last: bool,
+    /// Mined hard negatives per record (the first of each record's list in
+    /// `data.mined_negatives`): they join the batch's passages as P-negatives of every row
+    /// (except the rows they are labelled relevant to). 0 = none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub mined_per_record: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// When the development set is evaluated.
@@ -255,6 +269,7 @@ impl Default for BatchConfig {
             grad_cache_chunk: None,
             mask_duplicates: true,
             drop_last: false,
+            mined_per_record: 0,
         }
     }
 }
@@ -295,6 +310,7 @@ impl TrainConfig {
                 train: train.into(),
                 dev: None,
                 distractors: None,
+                mined_negatives: None,
                 lenient: false,
             },
             encoder: EncoderConfig::default(),
@@ -496,7 +512,21 @@ impl TrainConfig {
         if 3 * b.records < 2 {
             return bad("batch.records", "a batch needs at least 2 rows");
         }
-        self.loss.init()?;
+        let loss = self.loss.init()?;
+        if b.mined_per_record > 0 {
+            if self.data.mined_negatives.is_none() {
+                return bad(
+                    "batch.mined_per_record",
+                    "needs `data.mined_negatives` (a file written by `infembed mine`)",
+                );
+            }
+            if !loss.objective().variables().contains(Variable::P) {
+                return bad(
+                    "batch.mined_per_record",
+                    "mined passages are P-negatives: the objective (`loss.terms`) must have P",
+                );
+            }
+        }
         if !self.model.is_dir() {
             return Err(Error::Missing {
                 path: self.model.clone(),
@@ -510,6 +540,10 @@ impl TrainConfig {
             (
                 self.data.distractors.as_ref(),
                 "distractor passages (`data.distractors`)",
+            ),
+            (
+                self.data.mined_negatives.as_ref(),
+                "mined hard negatives (`data.mined_negatives`)",
             ),
         ] {
             if let Some(p) = p

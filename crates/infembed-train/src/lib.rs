@@ -47,7 +47,7 @@ mod progress;
 mod step;
 mod trainer;
 
-pub use batch::TrainBatch;
+pub use batch::{MinedSet, TrainBatch};
 pub use checkpoint::{HistoryEntry, StepRecord, TrainState};
 pub use config::{
     BatchConfig, CheckpointConfig, DataConfig, EvalSchedule, OptimizerConfig, Schedule, TrainConfig,

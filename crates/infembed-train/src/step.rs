@@ -29,7 +29,7 @@
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use infembed_encoder::{DualEncoder, DualEncoderModel, l2_normalize};
-use infembed_losses::{ContrastiveLoss, LossBatch};
+use infembed_losses::{ContrastiveLoss, LossBatch, NegativeMask};
 
 use crate::batch::TrainBatch;
 use crate::error::Result;
@@ -46,11 +46,13 @@ pub struct StepGrads {
 }
 
 /// The losses crate's input for one batch: embeddings, the instruction negatives when the
-/// objective has them, and the duplicate-text mask when `mask_duplicates`.
+/// objective has them, the mined passages' embeddings when the batch has some, the
+/// duplicate-text mask when `mask_duplicates`, and (always) the mined passages' exclusions.
 pub(crate) fn loss_batch(
     p: Tensor<2>,
     iq: Tensor<2>,
     iq_instr: Option<Tensor<3>>,
+    p_extra: Option<Tensor<2>>,
     batch: &TrainBatch,
     mask_duplicates: bool,
     device: &Device,
@@ -60,14 +62,30 @@ pub(crate) fn loss_batch(
     if let Some(t) = iq_instr {
         lb = lb.with_instruction_negatives(t);
     }
-    if mask_duplicates {
+    let mut mask = if mask_duplicates {
         let mut mask = batch.duplicate_mask(device);
         if !has_instr {
             mask.instructions = None;
         }
-        lb = lb.with_mask(mask);
+        mask
+    } else {
+        NegativeMask::default()
+    };
+    if let Some(t) = p_extra {
+        lb = lb.with_extra_passages(t);
+        mask.extra_passages = batch.extra_mask(device);
     }
-    lb
+    lb.with_mask(mask)
+}
+
+/// The batch's mined passages with their prefix, as the passage tower reads them.
+fn prefixed_extras(encoder: &DualEncoder, batch: &TrainBatch) -> Vec<String> {
+    let prefix = &encoder.config().passage_prefix;
+    batch
+        .extra_passages
+        .iter()
+        .map(|p| format!("{prefix}{p}"))
+        .collect()
 }
 
 fn scalar(t: Tensor<1>) -> f32 {
@@ -106,7 +124,16 @@ pub fn full_batch_step(
         };
         (p, q, None, rows.len() * 2)
     };
-    let lb = loss_batch(p, iq, iq_instr, batch, mask_duplicates, &device);
+    // Mined passages: one more pass of the passage tower (unit vectors, as the rows').
+    let extras = prefixed_extras(encoder, batch);
+    let p_extra = if extras.is_empty() {
+        None
+    } else {
+        let refs: Vec<&str> = extras.iter().map(String::as_str).collect();
+        Some(encoder.embed_passage_texts(&refs)?.embeddings)
+    };
+    let texts = texts + extras.len();
+    let lb = loss_batch(p, iq, iq_instr, p_extra, batch, mask_duplicates, &device);
     let value = loss.forward(&lb);
     let loss_value = scalar(value.clone().inner());
     let grads = value.mul_scalar(weight).backward();
@@ -185,8 +212,13 @@ pub fn multi_device_step(
     let main_plain = device.clone().inner();
     let rows = batch.encoder_rows();
     let n = rows.len();
-    let texts = main.batch_texts(&rows, &batch.instruction_rows)?;
+    let mut texts = main.batch_texts(&rows, &batch.instruction_rows)?;
     let k = texts.k;
+    // The mined passages go after the rows' distinct passages (none equals one of them).
+    let own_passages = texts.passages.len();
+    let extras = prefixed_extras(main, batch);
+    let m = extras.len();
+    texts.passages.extend(extras);
     let seeds = |side: u64, c: usize| crate::batch::mix(batch.dropout_seed, side << 32 | c as u64);
     let embed = |side: u64, r: &DualEncoder, t: &[&str]| -> Result<Tensor<2>> {
         Ok(if side == 1 {
@@ -229,7 +261,12 @@ pub fn multi_device_step(
         .select(0, index(&texts.query_index, &device));
     let iq = all.clone().slice([0..n, 0..d]);
     let iq_instr = (k > 0).then(|| all.slice([n..n * (k + 1), 0..d]).reshape([n, k, d]));
-    let lb = loss_batch(p, iq, iq_instr, batch, mask_duplicates, &device);
+    let p_extra = (m > 0).then(|| {
+        ep_leaf
+            .clone()
+            .slice([own_passages..own_passages + m, 0..d])
+    });
+    let lb = loss_batch(p, iq, iq_instr, p_extra, batch, mask_duplicates, &device);
     let value = loss.forward(&lb);
     let loss_value = scalar(value.clone().inner());
     let cached = value.mul_scalar(weight).backward();

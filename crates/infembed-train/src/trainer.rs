@@ -15,11 +15,11 @@ use burn::module::Module;
 use burn::optim::{GradientsAccumulator, ModuleOptimizer};
 use burn::store::ModuleRecord;
 use burn::tensor::{Bytes, Device};
-use infembed_data::{InfIrRecord, ReadMode, read_records};
+use infembed_data::{InfIrRecord, ReadMode, read_mined_negatives, read_records};
 use infembed_encoder::{DualEncoder, DualEncoderModel, Interaction, ModelInfo, weights_revision};
 use infembed_losses::{ContrastiveLoss, Variable};
 
-use crate::batch::{TrainBatch, epoch_batches};
+use crate::batch::{MinedSet, TrainBatch, epoch_batches};
 use crate::checkpoint::{self, HistoryEntry, StepRecord, TrainState};
 use crate::config::TrainConfig;
 use crate::error::{Error, Result};
@@ -116,6 +116,8 @@ pub struct Trainer {
     config: TrainConfig,
     config_json: serde_json::Value,
     records: Vec<InfIrRecord>,
+    /// Mined hard negatives (`batch.mined_per_record > 0`).
+    mined: Option<MinedSet>,
     encoder: DualEncoder,
     /// Every training device (autodiff), the main one (the encoder's) first.
     devices: Vec<Device>,
@@ -216,6 +218,13 @@ impl Trainer {
                 ),
             });
         }
+        let mined = match (&config.data.mined_negatives, config.batch.mined_per_record) {
+            (Some(path), per_record) if per_record > 0 => {
+                let lists = read_mined_negatives(path, &records)?;
+                Some(MinedSet::new(lists, &records, per_record))
+            }
+            _ => None,
+        };
         let loss = config.loss.init()?;
         let needs_instructions = loss.objective().variables().contains(Variable::I);
         let plain = device.clone().inner();
@@ -255,6 +264,7 @@ impl Trainer {
             config,
             config_json,
             records,
+            mined,
             encoder,
             devices,
             optim,
@@ -741,6 +751,9 @@ impl Trainer {
                 self.config.seed,
                 step as u64 * acc_n + j as u64,
             )?;
+            if let Some(mined) = &self.mined {
+                batch = batch.with_mined(mined, records);
+            }
             if !self.needs_instructions {
                 for l in &mut batch.instruction_rows {
                     l.clear();

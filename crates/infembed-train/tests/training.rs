@@ -16,7 +16,7 @@ use infembed_encoder::DeviceSpec;
 use infembed_encoder::{DualEncoder, DualEncoderModel, EncoderConfig, Interaction, QueryTemplate};
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
 use infembed_train::{
-    TrainBatch, TrainConfig, Trainer, clip_global_norm, full_batch_step, global_norm,
+    MinedSet, TrainBatch, TrainConfig, Trainer, clip_global_norm, full_batch_step, global_norm,
     grad_cache_step, multi_device_step,
 };
 
@@ -637,4 +637,188 @@ fn a_cpu_and_a_wgpu_device_share_a_batch() {
     );
     eprintln!("cpu + wgpu vs cpu alone: relative difference {diff:e}");
     assert!(diff < 1e-5, "relative difference {diff}");
+}
+
+/// Mined hard negatives join the P-marginal: the loss equals a naive f64 computation from the
+/// encoder's own embeddings (rows' passages, the mined passages, the rows' queries), and
+/// GradCache (any chunk) gives the full batch's gradient with them (dropout off).
+#[test]
+fn mined_passages_enter_the_p_marginal_and_grad_cache_agrees() {
+    let _guard = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let encoder = train_encoder_from(&tiny_bert_without_dropout(dir.path()));
+    let recs = records(6);
+    let mined = MinedSet::new(
+        vec![
+            vec![
+                recs[4].document_positive.clone(),
+                recs[5].hard_negative_document_1.clone(),
+            ],
+            vec![recs[5].document_positive.clone()],
+            vec![],
+            vec![],
+            vec![],
+            vec![],
+        ],
+        &recs,
+        2,
+    );
+    let batch = TrainBatch::new(&recs, &[0, 1, 3], &encoder.config().interaction, 5, 0)
+        .unwrap()
+        .with_mined(&mined, &[0, 1, 3]);
+    assert_eq!(batch.extra_passages.len(), 3);
+    let l = loss(ObjectiveKind::Univariate, &[Variable::P]);
+    let mut plain_batch = batch.clone();
+    for list in &mut plain_batch.instruction_rows {
+        list.clear();
+    }
+    let full = full_batch_step(&encoder, &plain_batch, &l, true, 1.0).unwrap();
+
+    // Naive: embeddings without a graph, the P term in f64 with the duplicate-text rule.
+    let host = |t: Tensor<2>| -> Vec<Vec<f64>> {
+        let [n, d] = t.dims();
+        let v = t
+            .into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .unwrap();
+        (0..n)
+            .map(|i| {
+                v[i * d..(i + 1) * d]
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .collect()
+            })
+            .collect()
+    };
+    let unit = |rows: Vec<Vec<f64>>| -> Vec<Vec<f64>> {
+        rows.into_iter()
+            .map(|r| {
+                let norm = r.iter().map(|x| x * x).sum::<f64>().sqrt();
+                r.iter().map(|x| x / norm).collect()
+            })
+            .collect()
+    };
+    let passages: Vec<&str> = batch.rows.iter().map(|r| &*r.passage).collect();
+    let extras: Vec<&str> = batch.extra_passages.iter().map(|p| &**p).collect();
+    let pairs: Vec<(&str, &str)> = batch
+        .rows
+        .iter()
+        .map(|r| (&*r.instruction, &*r.query))
+        .collect();
+    let p = unit(host(encoder.encode_passages(&passages).unwrap().embeddings));
+    let e = unit(host(encoder.encode_passages(&extras).unwrap().embeddings));
+    let q = unit(host(encoder.encode_queries(&pairs).unwrap().embeddings));
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    let scale = l.scale();
+    let n = p.len();
+    let naive: f64 = (0..n)
+        .map(|i| {
+            let pos = scale * dot(&p[i], &q[i]);
+            let mut z = 0.0;
+            for (m, pm) in p.iter().enumerate() {
+                if m == i || batch.rows[m].passage != batch.rows[i].passage {
+                    z += (scale * dot(pm, &q[i])).exp();
+                }
+            }
+            for x in &e {
+                z += (scale * dot(x, &q[i])).exp();
+            }
+            z.ln() - pos
+        })
+        .sum::<f64>()
+        / n as f64;
+    assert!(
+        (f64::from(full.loss) - naive).abs() < 1e-4 * naive.abs().max(1.0),
+        "burn {} vs naive {naive}",
+        full.loss
+    );
+    // Without the mined passages the loss is lower (they only add negatives).
+    let without = {
+        let mut b = plain_batch.clone();
+        b.extra_passages.clear();
+        b.extra_excluded = vec![Vec::new(); n];
+        full_batch_step(&encoder, &b, &l, true, 1.0).unwrap().loss
+    };
+    assert!(without < full.loss, "{without} vs {}", full.loss);
+
+    // GradCache and two devices, with the I term too.
+    let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
+    let one = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
+    let one_g = grads_of(encoder.model(), &one.grads);
+    for (replicas, chunk) in [
+        (vec![encoder.clone()], Some(4)),
+        (vec![encoder.clone(), encoder.clone()], None),
+    ] {
+        let other = multi_device_step(&replicas, &batch, &l, true, 1.0, chunk).unwrap();
+        assert!(
+            (other.loss - one.loss).abs() < 1e-5,
+            "{} vs {}",
+            other.loss,
+            one.loss
+        );
+        let diff = max_rel_diff(&one_g, &grads_of(encoder.model(), &other.grads));
+        assert!(diff < 1e-5, "chunk {chunk:?}: relative difference {diff}");
+    }
+}
+
+/// `batch.mined_per_record` trains from a mined file (other weights than without it, the same
+/// for two runs), and the config refuses it without a file or without P.
+#[test]
+fn a_run_with_mined_negatives_trains_and_bad_configs_are_refused() {
+    let _guard = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let base = config(dir.path(), "plain");
+    let recs = records(7);
+    // Mine with fixed scores: every record's list is the other records' P+ by index.
+    let cands = infembed_data::mining_candidates(&recs);
+    let scores: Vec<f32> = (0..recs.len() * cands.len())
+        .map(|x| ((x * 7919) % 101) as f32 / 101.0)
+        .collect();
+    let lists = infembed_data::select_hard_negatives(
+        &recs,
+        &cands,
+        &scores,
+        &vec![1.0; recs.len()],
+        infembed_data::MiningOptions::new(3),
+    )
+    .unwrap();
+    let file = dir.path().join("mined.jsonl");
+    std::fs::write(&file, infembed_data::mined_negatives_jsonl(&recs, &lists)).unwrap();
+
+    let mut with = config(dir.path(), "mined");
+    with.data.mined_negatives = Some(file.clone());
+    with.batch.mined_per_record = 2;
+    let (a, _) = run(with.clone());
+    with.output_dir = dir.path().join("mined2");
+    let (b, _) = run(with.clone());
+    let (plain, _) = run(base);
+    assert_eq!(a, b);
+    assert_ne!(a, plain);
+
+    let mut no_file = with.clone();
+    no_file.data.mined_negatives = None;
+    let err = no_file.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("batch.mined_per_record") && err.contains("data.mined_negatives"),
+        "{err}"
+    );
+    let mut no_p = with.clone();
+    no_p.loss = LossConfig::new(ObjectiveKind::Univariate, &[Variable::I]);
+    let err = no_p.validate().unwrap_err().to_string();
+    assert!(err.contains("must have P"), "{err}");
+    // A file mined from other records is refused by the trainer, naming its line.
+    std::fs::write(
+        &file,
+        infembed_data::mined_negatives_jsonl(&records(9)[2..], &lists),
+    )
+    .unwrap();
+    let err = Trainer::new(with, &Device::flex())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("mined.jsonl") && err.contains("line 1"),
+        "{err}"
+    );
 }

@@ -28,6 +28,7 @@
 
 pub mod ablation;
 mod error;
+pub mod mining;
 pub mod quickstart;
 pub mod training;
 
@@ -56,6 +57,7 @@ pub use infembed_eval::{
     evaluate_followir, evaluate_retrieval, load_encoder, load_heldout, read_texts, run_queries,
     search,
 };
+pub use mining::{MinedNegatives, mine_hard_negatives};
 pub use training::{
     EvaluationDetails, FollowIrDevEvaluator, eval_series, open_devices, retrieval_report, train,
 };

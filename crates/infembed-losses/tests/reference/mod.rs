@@ -19,6 +19,10 @@ pub struct RefBatch {
     pub mask_iq: Vec<Vec<bool>>,
     /// B x K: mask_i[i][k] excludes iq_instr[i][k].
     pub mask_i: Vec<Vec<bool>>,
+    /// M x d extra passages (mined hard negatives): P-negatives of every row.
+    pub extra_p: Vec<Vec<f64>>,
+    /// B x M: mask_extra[i][m] excludes extra_p[m] as a P-negative of row i.
+    pub mask_extra: Vec<Vec<bool>>,
 }
 
 impl RefBatch {
@@ -61,10 +65,18 @@ pub fn marginal_sum(batch: &RefBatch, scale: f64, v: V, i: usize) -> f64 {
     let b = batch.b();
     match v {
         // sum over m of exp(s(p_m, iq[i,i]))
-        V::P => (0..b)
-            .filter(|&m| m == i || !batch.mask_p[i][m])
-            .map(|m| (scale * dot(&batch.p[m], &batch.iq[i])).exp())
-            .sum(),
+        // plus the extra passages: sum over m of exp(s(extra_p[m], iq[i,i]))
+        V::P => {
+            let own: f64 = (0..b)
+                .filter(|&m| m == i || !batch.mask_p[i][m])
+                .map(|m| (scale * dot(&batch.p[m], &batch.iq[i])).exp())
+                .sum();
+            let extra: f64 = (0..batch.extra_p.len())
+                .filter(|&m| !batch.mask_extra[i][m])
+                .map(|m| (scale * dot(&batch.extra_p[m], &batch.iq[i])).exp())
+                .sum();
+            own + extra
+        }
         // sum over j of exp(s(p_i, iq[j,i])): j = i is the positive, the others are iq_instr
         V::I => {
             positive_exp(batch, scale, i)

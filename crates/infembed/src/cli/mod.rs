@@ -11,6 +11,7 @@ pub mod device;
 pub mod embed;
 pub mod eval;
 pub mod logger;
+pub mod mine;
 pub mod quickstart;
 pub mod search;
 pub mod synth;
@@ -49,6 +50,9 @@ enum Command {
     /// Run an ablation grid: many training runs from one file, cached, resumable, reported
     /// as means and spreads over seeds (docs/ablation.md).
     Ablate(ablate::AblateArgs),
+    /// Mine hard negatives for a training file with a model (training reads them through
+    /// `data.mined_negatives`; docs/training.md).
+    Mine(mine::MineArgs),
 }
 
 /// Runs the parsed command.
@@ -63,6 +67,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Quickstart(args) => quickstart::run(&args),
         Command::Devices(args) => device::run(&args),
         Command::Ablate(args) => ablate::run(&args),
+        Command::Mine(args) => mine::run(&args),
     }
 }
 
