@@ -169,6 +169,37 @@ fn the_tiny_grid_trains_every_row_and_a_second_call_trains_nothing() {
     std::fs::remove_file(out.join("results.json")).unwrap();
     ablate_with(&grid, &["--report"]);
     assert_eq!(std::fs::read(out.join("results.json")).unwrap(), before);
+    // A result belongs to the row whose config it has, whatever label it was trained under:
+    // the grid with a row renamed reports the runs under the new name, none pending.
+    let text = std::fs::read_to_string(&grid).unwrap();
+    assert!(text.contains("label = \"multi P+I\""));
+    let renamed = dir.path().join("renamed.toml");
+    std::fs::write(
+        &renamed,
+        text.replace("label = \"multi P+I\"", "label = \"renamed\""),
+    )
+    .unwrap();
+    let again = ablate(&renamed);
+    let log = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(log.matches("cached: ").count(), 17, "{log}");
+    let report = read_json(&out.join("results.json"));
+    let runs = report["runs"].as_array().unwrap();
+    assert!(
+        runs.iter()
+            .any(|r| r["row"].as_str().unwrap().starts_with("renamed"))
+    );
+    assert!(
+        !runs
+            .iter()
+            .any(|r| r["row"].as_str().unwrap().starts_with("multi P+I"))
+    );
+    assert!(
+        report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["pending"] == 0)
+    );
 }
 
 /// A base config of absolute paths: 20 epochs of 3 steps, a checkpoint every step.

@@ -96,6 +96,16 @@ pub struct RunResult {
     pub config: serde_json::Value,
 }
 
+impl RunResult {
+    /// The result as `row`'s: a result is cached by its key (its whole config), so the same
+    /// run may serve a row of another label (an edited label, or another grid whose row has
+    /// the same config, its folder copied over).
+    fn for_row(mut self, row: &GridRow) -> Self {
+        self.row.clone_from(&row.label);
+        self
+    }
+}
+
 /// The base model's measures before training (`zero-shot.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -179,7 +189,7 @@ pub fn load_results(
             if let Some(r) = read_json::<RunResult>(&dir.join(RESULT_FILE))?
                 && r.key == key
             {
-                runs.push(r);
+                runs.push(r.for_row(row));
             }
         }
     }
@@ -348,7 +358,7 @@ impl<'g> Context<'g> {
         {
             self.tidy(&dir)?;
             log::info!("cached: `{}` seed {seed} ({})", row.label, dir.display());
-            return Ok(Some(r));
+            return Ok(Some(r.for_row(row)));
         }
         if self.options.max_runs.is_some_and(|m| self.trained >= m) {
             log::info!(
