@@ -14,7 +14,9 @@
 //!   record labels its (instruction, query) pair with its passage (so `r`'s own P+ and the P+ of a
 //!   record that repeats the pair are out);
 //! - already one of `r`'s rows' passages (its P1- and P2-, which are in the batch anyway);
-//! - scored above `max_relative` times the positive's score (NV-Retriever's positive-aware
+//! - scored above `max_relative` times the positive's score, i.e. within `(1 - max_relative)
+//!   |score(positive)|` below the positive's score or above it, whatever the positive's sign
+//!   (NV-Retriever's positive-aware
 //!   "TopK-PercPos" filter: a passage that the model finds nearly as relevant as the labelled
 //!   positive is more likely an unlabelled positive than a negative).
 //!
@@ -27,7 +29,8 @@
 //! `{"record": 0, "query_positive": "...", "negatives": [{"id": "r17-pos", "score": 0.61}, ...]}`.
 //! [`read_mined_negatives`] checks it against the training records it is used with: one line per
 //! record, the record index and its query text, ids that name a passage of the file, and the
-//! filter above (a labelled positive of the pair is refused, naming the line).
+//! first rule of the filter (a labelled positive of the pair is refused, naming the line; the
+//! other rules depend on the mining model's scores and are the miner's business).
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -65,8 +68,9 @@ pub struct MinedPassage {
 pub struct MiningOptions {
     /// Negatives kept per record (the most similar that pass the filter).
     pub per_record: usize,
-    /// A candidate scoring above `max_relative * score(positive)` is dropped; `None` keeps every
-    /// score. Default 0.95, NV-Retriever's recommended margin.
+    /// A candidate scoring above `score(positive) - (1 - max_relative) |score(positive)|`
+    /// (`max_relative * score(positive)` for a positive score above 0) is dropped; `None` keeps
+    /// every score. Default 0.95, NV-Retriever's recommended margin.
     pub max_relative: Option<f32>,
 }
 
@@ -150,6 +154,11 @@ impl LabelledPairs {
     }
 }
 
+/// The highest score a candidate may have under the positive-aware margin `m`.
+fn margin_limit(m: f32, positive_score: f32) -> f32 {
+    positive_score - (1.0 - m) * positive_score.abs()
+}
+
 /// The filter of the [module docs](self) for one set of training records and candidates:
 /// [`HardNegativeFilter::select`] chooses one record's negatives from any subset of scored
 /// candidates (all of them, or an exact search's top hits).
@@ -186,7 +195,7 @@ impl<'a> HardNegativeFilter<'a> {
             && self
                 .options
                 .max_relative
-                .is_none_or(|m| score <= m * positive_score)
+                .is_none_or(|m| score <= margin_limit(m, positive_score))
             && text != &*record.hard_negative_document_1
             && text != &*record.hard_negative_document_2
             && !self.labelled.is_positive(
@@ -404,6 +413,16 @@ pub fn read_mined_negatives(
         out.push(texts);
         Ok(())
     })?;
+    if out.is_empty() && !records.is_empty() {
+        return Err(format_error(
+            path,
+            1,
+            format!(
+                "the file holds no line, the training file has {} records",
+                records.len()
+            ),
+        ));
+    }
     if out.len() != records.len() {
         return Err(format_error(
             path,
@@ -471,9 +490,10 @@ mod tests {
                     });
                     let own = t == &*records[r].hard_negative_document_1
                         || t == &*records[r].hard_negative_document_2;
-                    let too_close = opts
-                        .max_relative
-                        .is_some_and(|m| scores[r * c + j] > m * pos[r]);
+                    let too_close = opts.max_relative.is_some_and(|m| {
+                        f64::from(scores[r * c + j])
+                            > f64::from(pos[r]) - (1.0 - f64::from(m)) * f64::from(pos[r]).abs()
+                    });
                     if !labelled && !own && !too_close {
                         v.push((scores[r * c + j], j));
                     }
@@ -500,7 +520,10 @@ mod tests {
         let scores: Vec<f32> = (0..7 * c)
             .map(|x| ((x * 37 % 11) as f32) / 10.0 - 0.2)
             .collect();
-        let pos: Vec<f32> = (0..7).map(|r| 0.5 + r as f32 * 0.05).collect();
+        // Record 0's positive scores below 0: its margin must stay below the positive.
+        let pos: Vec<f32> = (0..7)
+            .map(|r| if r == 0 { -0.1 } else { 0.5 + r as f32 * 0.05 })
+            .collect();
         for opts in [
             MiningOptions::new(3),
             MiningOptions::new(100),

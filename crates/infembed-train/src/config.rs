@@ -513,6 +513,13 @@ impl TrainConfig {
             return bad("batch.records", "a batch needs at least 2 rows");
         }
         let loss = self.loss.init()?;
+        if b.mined_per_record == 0 && self.data.mined_negatives.is_some() {
+            return bad(
+                "data.mined_negatives",
+                "is read only with `batch.mined_per_record` of 1 or more; set it, or remove the \
+                 path",
+            );
+        }
         if b.mined_per_record > 0 {
             if self.data.mined_negatives.is_none() {
                 return bad(

@@ -770,7 +770,7 @@ fn a_run_with_mined_negatives_trains_and_bad_configs_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let base = config(dir.path(), "plain");
     let recs = records(7);
-    // Mine with fixed scores: every record's list is the other records' P+ by index.
+    // Mine with fixed pseudo-random scores (the filter still applies).
     let cands = infembed_data::mining_candidates(&recs);
     let scores: Vec<f32> = (0..recs.len() * cands.len())
         .map(|x| ((x * 7919) % 101) as f32 / 101.0)
@@ -803,6 +803,10 @@ fn a_run_with_mined_negatives_trains_and_bad_configs_are_refused() {
         err.contains("batch.mined_per_record") && err.contains("data.mined_negatives"),
         "{err}"
     );
+    let mut unused = with.clone();
+    unused.batch.mined_per_record = 0;
+    let err = unused.validate().unwrap_err().to_string();
+    assert!(err.contains("data.mined_negatives"), "{err}");
     let mut no_p = with.clone();
     no_p.loss = LossConfig::new(ObjectiveKind::Univariate, &[Variable::I]);
     let err = no_p.validate().unwrap_err().to_string();

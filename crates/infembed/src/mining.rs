@@ -7,8 +7,10 @@
 //! An exact search takes each record's best `2 * per_record + 16` candidates; the filter of
 //! [`infembed_data::mined`] (never a passage labelled relevant to the pair, never the record's
 //! own P1- / P2-, never above `max_relative` times the positive's score) keeps the best
-//! `per_record`. A record whose top hits the filter thins below `per_record` is scored against
-//! every candidate instead, so the result is the same as scoring every pair.
+//! `per_record`. A record whose top hits the filter thins below `per_record`, or whose last
+//! kept score ties the search's cut-off (the search breaks ties by id, the filter by candidate
+//! order), is scored against every candidate instead, so the result is the same as scoring
+//! every pair.
 //!
 //! The file it writes is read by training (`data.mined_negatives`, `batch.mined_per_record`).
 
@@ -92,14 +94,20 @@ pub fn mine_hard_negatives(
         .collect();
 
     let filter = HardNegativeFilter::new(records, &candidates, options);
-    let k = (2 * options.per_record + 16).min(candidates.len());
+    let k = options
+        .per_record
+        .saturating_mul(2)
+        .saturating_add(16)
+        .min(candidates.len());
     let top = index.search_batch(&query_values, k)?;
     let mut full_scans = 0;
     let mut lists = Vec::with_capacity(records.len());
     for (r, hits) in top.iter().enumerate() {
         let hits: Vec<(usize, f32)> = hits.iter().map(|h| (h.row, h.score)).collect();
         let mut list = filter.select(r, &hits, positive_scores[r]);
-        if list.len() < options.per_record && k < candidates.len() {
+        let cut = hits.last().map(|h| h.1);
+        let tied = list.last().is_some_and(|m| Some(m.score) == cut);
+        if (list.len() < options.per_record || tied) && k < candidates.len() {
             full_scans += 1;
             let all: Vec<(usize, f32)> = index
                 .scores(&query_values[r * dim..(r + 1) * dim])?

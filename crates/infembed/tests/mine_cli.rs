@@ -80,7 +80,8 @@ fn reference(
         .iter()
         .enumerate()
         .map(|(r, rec)| {
-            let limit = margin.map_or(f64::INFINITY, |m| m * dot(&q[r], &pos[r]));
+            let positive = dot(&q[r], &pos[r]);
+            let limit = margin.map_or(f64::INFINITY, |m| positive - (1.0 - m) * positive.abs());
             let mut scored: Vec<(f64, usize)> = Vec::new();
             for (c, (_, text)) in cands.iter().enumerate() {
                 let labelled = records.iter().any(|s| {
@@ -111,6 +112,51 @@ fn reference(
         .collect()
 }
 
+/// Runs `infembed mine` with `args` (writing `out`) and checks the file against the reference
+/// for `records` and `encoder`; returns how many records the miner scored against every
+/// candidate.
+fn check(
+    args: &[&str],
+    out: &Path,
+    records: &[InfIrRecord],
+    encoder: &DualEncoder,
+    margin: Option<f64>,
+) -> usize {
+    let o = mine(args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    let want = reference(records, encoder, 3, margin);
+    let got: Vec<Vec<String>> = std::fs::read_to_string(out)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["negatives"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["id"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .collect();
+    assert_eq!(got, want, "margin {margin:?}");
+    if margin.is_none() {
+        assert!(got.iter().all(|l| l.len() == 3), "{got:?}");
+    }
+    // Training reads it back: every id resolves, none is a labelled positive.
+    let texts = read_mined_negatives(out, records).unwrap();
+    assert_eq!(
+        texts.iter().map(Vec::len).collect::<Vec<_>>(),
+        got.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    // "...; N scored against every candidate); ..."
+    let before = stderr
+        .split(" scored against every candidate")
+        .next()
+        .unwrap_or_else(|| panic!("{stderr}"));
+    before.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
 #[test]
 fn mined_negatives_are_the_brute_force_choice_and_training_reads_them() {
     // The config's paths are relative to the repository root (where the command ran).
@@ -127,6 +173,7 @@ fn mined_negatives_are_the_brute_force_choice_and_training_reads_them() {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("mined.jsonl");
+    let out_s = out.to_str().unwrap();
     // The random tiny model scores its positives no better than the rest, so the default
     // margin (0.95 x the positive) leaves few candidates; without it every record gets 3.
     for (extra, margin) in [(None, Some(0.95)), (Some("--no-margin"), None)] {
@@ -136,38 +183,54 @@ fn mined_negatives_are_the_brute_force_choice_and_training_reads_them() {
             "--per-record",
             "3",
             "-o",
-            out.to_str().unwrap(),
+            out_s,
         ];
         args.extend(extra);
-        let o = mine(&args);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let stderr = String::from_utf8_lossy(&o.stderr);
-        assert!(stderr.contains("candidate passages"), "{stderr}");
-        let want = reference(&records, &encoder, 3, margin);
-        let got: Vec<Vec<String>> = std::fs::read_to_string(&out)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap();
-                v["negatives"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|m| m["id"].as_str().unwrap().to_string())
-                    .collect()
-            })
-            .collect();
-        assert_eq!(got, want, "margin {margin:?}");
-        if margin.is_none() {
-            assert!(got.iter().all(|l| l.len() == 3), "{got:?}");
-        }
-        // Training reads it back: every id resolves, none is a labelled positive.
-        let texts = read_mined_negatives(&out, &records).unwrap();
-        assert_eq!(
-            texts.iter().map(Vec::len).collect::<Vec<_>>(),
-            got.iter().map(Vec::len).collect::<Vec<_>>()
-        );
+        check(&args, &out, &records, &encoder, margin);
     }
+
+    // 12 records (36 distinct passages) are more than the search's 2 x 3 + 16 hits: the
+    // search path, and with a tight margin (the random model scores everything near 0.99),
+    // records whose top hits are filtered away, scored against every candidate.
+    let many: Vec<InfIrRecord> = (0..12)
+        .map(|i| {
+            let r = &records[i % records.len()];
+            let v = |t: &str| format!("{t} w{i}");
+            InfIrRecord::from_texts([
+                &v(&r.query_positive),
+                &v(&r.instruction_positive),
+                &v(&r.document_positive),
+                &v(&r.query_negative),
+                &v(&r.instruction_negative),
+                &v(&r.hard_negative_document_1),
+                &v(&r.hard_negative_document_2),
+            ])
+            .unwrap()
+        })
+        .collect();
+    let train = dir.path().join("many.jsonl");
+    let lines: Vec<String> = many.iter().map(|r| r.to_json().to_string()).collect();
+    std::fs::write(&train, lines.join("\n") + "\n").unwrap();
+    let model = root().join(&config.model);
+    let plain = infembed::load_encoder(&model, None, &Device::flex()).unwrap();
+    let (model_s, train_s) = (model.to_str().unwrap(), train.to_str().unwrap());
+    let base = [
+        "--model",
+        model_s,
+        "--train",
+        train_s,
+        "--per-record",
+        "3",
+        "-o",
+        out_s,
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--max-relative", "0.99"]);
+    let rescans = check(&args, &out, &many, &plain, Some(0.99));
+    assert!(rescans > 0, "no record was scored against every candidate");
+    let mut args = base.to_vec();
+    args.push("--no-margin");
+    check(&args, &out, &many, &plain, None);
 }
 
 #[test]

@@ -13,7 +13,7 @@ use super::load_encoder;
 pub struct MineArgs {
     /// A training config (TOML or JSON): its model, `data.train`, `data.lenient` and encoder
     /// settings (the query template) are used, so the mining embeds as training does.
-    #[arg(long, conflicts_with_all = ["model", "train", "encoder_config"])]
+    #[arg(long, conflicts_with_all = ["model", "train", "encoder_config", "lenient"])]
     config: Option<PathBuf>,
     /// The mining model's directory (instead of --config).
     #[arg(long, requires = "train")]
@@ -24,8 +24,9 @@ pub struct MineArgs {
     /// Encoder config JSON for --model.
     #[arg(long)]
     encoder_config: Option<PathBuf>,
-    /// Skip malformed training records (as `data.lenient`); the file's lines then follow the
-    /// records kept, as training reads them with the same setting.
+    /// Skip malformed training records (as `data.lenient`, which --config takes from the
+    /// config); the file's lines then follow the records kept, as training reads them with the
+    /// same setting.
     #[arg(long)]
     lenient: bool,
     /// Where the mined negatives go (JSONL, one line per record; written atomically).
@@ -110,10 +111,15 @@ pub fn run(args: &MineArgs) -> Result<()> {
             .iter()
             .filter_map(|l| l.first().map(|m| m.score)),
     );
+    let first = if first.is_nan() {
+        "none".to_string()
+    } else {
+        format!("{first:.3}")
+    };
     eprintln!(
         "mined {kept} negatives for {} records from {} candidate passages in {:.1} s \
          ({short} record(s) with fewer than {}; {} scored against every candidate); mean \
-         cosine: positive {positive:.3}, best negative {first:.3} -> {}",
+         cosine: positive {positive:.3}, best negative {first} -> {}",
         records.len(),
         mined.candidates,
         start.elapsed().as_secs_f64(),
