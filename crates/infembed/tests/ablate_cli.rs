@@ -169,6 +169,25 @@ fn the_tiny_grid_trains_every_row_and_a_second_call_trains_nothing() {
     std::fs::remove_file(out.join("results.json")).unwrap();
     ablate_with(&grid, &["--report"]);
     assert_eq!(std::fs::read(out.join("results.json")).unwrap(), before);
+    // The extra seed went to the best row of the first pass; if that seed's run then scores
+    // worst of all, the report still owes nothing (the first pass, not the mean over every
+    // seed, decides which rows get extra seeds).
+    let third_key = third[0]["key"].as_str().unwrap().to_string();
+    let path = out.join("runs").join(&third_key).join("result.json");
+    let mut result = read_json(&path);
+    result["measures"]["p_mrr"] = serde_json::json!(-100.0);
+    std::fs::write(&path, serde_json::to_vec_pretty(&result).unwrap()).unwrap();
+    ablate_with(&grid, &["--report"]);
+    let report = read_json(&out.join("results.json"));
+    assert!(
+        report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["pending"] == 0),
+        "{report}"
+    );
+
     // A result belongs to the row whose config it has, whatever label it was trained under:
     // the grid with a row renamed reports the runs under the new name, none pending.
     let text = std::fs::read_to_string(&grid).unwrap();

@@ -69,6 +69,43 @@ pub struct RowSummary {
     pub paper: Option<f64>,
 }
 
+/// One summary per row of `grid` from `runs` (the grid's rows' results, deduplicated).
+fn summarize(grid: &Grid, runs: &[RunResult]) -> Vec<RowSummary> {
+    grid.rows
+        .iter()
+        .map(|row| {
+            let mine: Vec<&RunResult> = runs.iter().filter(|r| r.row == row.label).collect();
+            let stats = Measure::ALL
+                .iter()
+                .filter_map(|&m| {
+                    let values: Vec<f64> = mine
+                        .iter()
+                        .filter_map(|r| r.measures.get(&m).copied())
+                        .collect();
+                    Stat::of(&values).map(|s| (m, s))
+                })
+                .collect();
+            let seconds: Vec<f64> = mine.iter().filter_map(|r| r.train_seconds).collect();
+            let pending = grid
+                .seeds
+                .iter()
+                .filter(|s| !mine.iter().any(|r| r.seed == **s))
+                .count();
+            RowSummary {
+                label: row.label.clone(),
+                seeds: mine.iter().map(|r| r.seed).collect(),
+                pending,
+                stats,
+                train_seconds: Stat::of(&seconds),
+                paper: grid
+                    .paper
+                    .as_ref()
+                    .and_then(|p| p.values.get(&row.label).copied()),
+            }
+        })
+        .collect()
+}
+
 /// A grid's report (`report.md`, `results.json`, `p_mrr.svg` / `.png` in its output folder).
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
@@ -98,46 +135,18 @@ impl GridReport {
             pos(a).cmp(&pos(b)).then(a.seed.cmp(&b.seed))
         });
         runs.dedup_by(|a, b| a.row == b.row && a.seed == b.seed);
-        let mut rows: Vec<RowSummary> = grid
-            .rows
-            .iter()
-            .map(|row| {
-                let mine: Vec<&RunResult> = runs.iter().filter(|r| r.row == row.label).collect();
-                let stats = Measure::ALL
-                    .iter()
-                    .filter_map(|&m| {
-                        let values: Vec<f64> = mine
-                            .iter()
-                            .filter_map(|r| r.measures.get(&m).copied())
-                            .collect();
-                        Stat::of(&values).map(|s| (m, s))
-                    })
-                    .collect();
-                let seconds: Vec<f64> = mine.iter().filter_map(|r| r.train_seconds).collect();
-                let pending = grid
-                    .seeds
-                    .iter()
-                    .filter(|s| !mine.iter().any(|r| r.seed == **s))
-                    .count();
-                RowSummary {
-                    label: row.label.clone(),
-                    seeds: mine.iter().map(|r| r.seed).collect(),
-                    pending,
-                    stats,
-                    train_seconds: Stat::of(&seconds),
-                    paper: grid
-                        .paper
-                        .as_ref()
-                        .and_then(|p| p.values.get(&row.label).copied()),
-                }
-            })
-            .collect();
-        // `more_seeds`: once every row has its first seeds, the best rows owe their extra
-        // seeds too.
+        let mut rows = summarize(grid, &runs);
+        // `more_seeds`: once every row has its first seeds, the best rows of that first pass
+        // (ranked on the first seeds alone, as the runner picks them) owe their extra seeds too.
         if let Some(more) = &grid.more_seeds
             && rows.iter().all(|r| r.pending == 0)
         {
-            let top = top_labels(&rows, more.by, more.top);
+            let first: Vec<RunResult> = runs
+                .iter()
+                .filter(|r| grid.seeds.contains(&r.seed))
+                .cloned()
+                .collect();
+            let top = top_labels(&summarize(grid, &first), more.by, more.top);
             for row in rows.iter_mut().filter(|r| top.contains(&r.label)) {
                 row.pending += more.seeds.iter().filter(|s| !row.seeds.contains(s)).count();
             }
