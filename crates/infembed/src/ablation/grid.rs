@@ -63,7 +63,7 @@ struct AxisFile {
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct MoreSeeds {
-    /// How many rows (the best by `by`, mean over their seeds so far).
+    /// How many rows (the best by `by`, mean over the grid's first seeds).
     pub top: usize,
     /// The seeds they get in addition.
     pub seeds: Vec<u64>,

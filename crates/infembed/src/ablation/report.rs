@@ -9,7 +9,7 @@ use infembed_train::{GridChartRow, grid_chart};
 use serde::Serialize;
 
 use super::run::{RunResult, ZeroShotResult};
-use super::{Grid, Measure, Measures};
+use super::{Grid, Measure, Measures, MoreSeeds};
 use crate::error::{Error, Result};
 
 /// Mean and spread of one measure over a row's seeds.
@@ -106,6 +106,18 @@ fn summarize(grid: &Grid, runs: &[RunResult]) -> Vec<RowSummary> {
         .collect()
 }
 
+/// The labels of the rows that `more` gives extra seeds: the best `more.top` by `more.by`,
+/// ranked on the results of the grid's first seeds alone (`runs` may hold more; one result per
+/// row and seed). The runner and the report both ask this.
+pub(crate) fn first_pass_top(grid: &Grid, more: &MoreSeeds, runs: &[RunResult]) -> Vec<String> {
+    let first: Vec<RunResult> = runs
+        .iter()
+        .filter(|r| grid.seeds.contains(&r.seed))
+        .cloned()
+        .collect();
+    top_labels(&summarize(grid, &first), more.by, more.top)
+}
+
 /// A grid's report (`report.md`, `results.json`, `p_mrr.svg` / `.png` in its output folder).
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
@@ -141,12 +153,7 @@ impl GridReport {
         if let Some(more) = &grid.more_seeds
             && rows.iter().all(|r| r.pending == 0)
         {
-            let first: Vec<RunResult> = runs
-                .iter()
-                .filter(|r| grid.seeds.contains(&r.seed))
-                .cloned()
-                .collect();
-            let top = top_labels(&summarize(grid, &first), more.by, more.top);
+            let top = first_pass_top(grid, more, &runs);
             for row in rows.iter_mut().filter(|r| top.contains(&r.label)) {
                 row.pending += more.seeds.iter().filter(|s| !row.seeds.contains(s)).count();
             }

@@ -11,7 +11,7 @@ use infembed_train::{HistoryEntry, ProgressMode, TrainConfig, Trainer};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::report::GridReport;
+use super::report::{GridReport, first_pass_top};
 use super::{Grid, GridError, GridRow, Measure, Measures};
 use crate::error::{Error, Result};
 use crate::training::{FollowIrDevEvaluator, retrieval_report};
@@ -145,8 +145,7 @@ pub fn run_grid(grid: &Grid, options: &GridOptions) -> Result<GridReport> {
     }
     if let Some(more) = &grid.more_seeds {
         // The first pass's ranking (its report is already written).
-        let first = GridReport::build(grid, Some(zero.clone()), results.clone());
-        for label in first.top_rows(more.by, more.top) {
+        for label in first_pass_top(grid, more, &results) {
             let Some(row) = grid.rows.iter().find(|r| r.label == label) else {
                 continue;
             };
