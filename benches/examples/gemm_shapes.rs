@@ -1,12 +1,13 @@
 //! The three matrix products of an all-MiniLM-L6-v2 layer (batch of 32 sequences of 132
 //! tokens) through burn's `flex` linear op and through `infembed_encoder::bench_internals` (the
-//! `f32` product, and the int8 one on each instruction set this processor has), best of 7 runs
-//! each, in GFLOP/s (int8: the `f32` operations it stands for). See `docs/benchmarks.md`.
+//! `f32` product, the int8 one on each instruction set this processor has, and the bf16 one where
+//! it has AVX512-BF16), best of 7 runs each, in GFLOP/s (int8: the `f32` operations it stands for).
+//! See `docs/benchmarks.md`.
 //!
 //! ```text
 //! cargo build --release --workspace --examples
 //! target/release/examples/gemm_shapes
-//! INT8_ISA=avx512-vnni target/release/examples/gemm_shapes   # one int8 path only (profiling)
+//! INT8_ISA=avx512-vnni target/release/examples/gemm_shapes   # one path only (profiling; or avx512-bf16)
 //! ```
 
 use std::time::Instant;
@@ -90,23 +91,21 @@ fn main() {
             );
         }
         let q = QuantizedMatrix::new(MatRef::row_major(&ws, d_in, d_out));
+        let bf16 = QuantizedMatrix::bf16(MatRef::row_major(&ws, d_in, d_out));
         let only = std::env::var("INT8_ISA").ok();
-        for isa in Isa::available()
+        let paths = Isa::available()
             .into_iter()
-            .filter(|isa| only.as_deref().is_none_or(|o| o == isa.name()))
+            .map(|isa| (isa, "int8", &q))
+            .chain(Isa::bf16().map(|isa| (isa, "bf16", &bf16)));
+        for (isa, kind, q) in
+            paths.filter(|(isa, _, _)| only.as_deref().is_none_or(|o| o == isa.name()))
         {
             for (what, epilogue) in epilogues {
                 report(
-                    &format!("int8 {}{what}", isa.name()),
+                    &format!("{kind} {}{what}", isa.name()),
                     best_of_7(|| {
                         let mut c = vec![0f32; rows * d_out];
-                        qgemm_with(
-                            isa,
-                            MatRef::row_major(&xs, rows, d_in),
-                            &q,
-                            &mut c,
-                            epilogue,
-                        );
+                        qgemm_with(isa, MatRef::row_major(&xs, rows, d_in), q, &mut c, epilogue);
                         std::hint::black_box(c);
                     }),
                 );

@@ -10,7 +10,8 @@ the other in this order:
 3. ONNX Runtime, int8: `onnxruntime.quantization.quantize_dynamic` of that export (its
    defaults: signed int8 weights per tensor, u8 activations; `--ort-per-channel` for per
    channel);
-4. `infembed embed` fp32 and `--quantize int8` (a subprocess: model load included).
+4. `infembed embed` fp32, `--quantize int8` and, where the processor has AVX512-BF16,
+   `--quantize bf16` (a subprocess: model load included).
 
 ONNX Runtime gets the texts sorted by length and padded per batch, as sentence-transformers and
 infembed batch them; its mean pooling and normalization run in numpy (outside the timing of
@@ -49,6 +50,18 @@ def cpu_line():
     except OSError:
         pass
     return f"{model} ({os.cpu_count()} CPUs; {' '.join(flags)})"
+
+
+def has_bf16():
+    """Whether the processor has AVX512-BF16 (and the AVX-512 it builds on)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                return {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= have
+    except OSError:
+        pass
+    return False
 
 
 def read_texts(path):
@@ -169,8 +182,13 @@ def main():
         results[f"ONNX Runtime {name}"] = secs
         embeddings[f"ort-{name}"] = emb
 
-    # 4. infembed
-    for name, flag in (("fp32", "none"), ("int8", "int8")):
+    # 4. infembed (bf16 only where the processor has AVX512-BF16; infembed refuses it elsewhere)
+    variants = [("fp32", "none"), ("int8", "int8")]
+    if has_bf16():
+        variants.append(("bf16", "bf16"))
+    else:
+        print("no AVX512-BF16 on this processor: infembed bf16 not run")
+    for name, flag in variants:
         out = os.path.join(work, f"infembed-{name}.npy")
         cmd = [args.infembed, "embed", "--model", args.model, "--input", args.input,
                "--output", out, "--quiet", "--restart", "--quantize", flag]
@@ -195,8 +213,11 @@ def main():
     print()
     print("| int8 vs fp32 of the same implementation | cosine min | 1st percentile | median |")
     print("|---|---:|---:|---:|")
-    for name, (a, b) in {"infembed": ("infembed-fp32", "infembed-int8"),
-                         "ONNX Runtime": ("ort-fp32", "ort-int8")}.items():
+    pairs = {"infembed": ("infembed-fp32", "infembed-int8"),
+             "ONNX Runtime": ("ort-fp32", "ort-int8")}
+    if "infembed-bf16" in embeddings:
+        pairs["infembed bf16 (vs its fp32)"] = ("infembed-fp32", "infembed-bf16")
+    for name, (a, b) in pairs.items():
         c = cosines(embeddings[a], embeddings[b])
         quality[name] = [float(c.min()), float(np.percentile(c, 1)), float(np.median(c))]
         print(f"| {name} | {c.min():.5f} | {np.percentile(c, 1):.5f} | {np.median(c):.5f} |")

@@ -107,7 +107,9 @@ impl DeviceSpec {
         }
         if self.is_cpu() && precision != Precision::F32 {
             return Err(self.error(format!(
-                "the CPU computes in f32; `dtype = \"{precision}\"` is for GPU devices"
+                "the CPU computes in f32; `dtype = \"{precision}\"` is for GPU devices (on a CPU \
+                 with AVX512-BF16, `--quantize bf16` computes the linear layers in bf16 at \
+                 inference)"
             )));
         }
         let mut device = self.open()?;
@@ -330,11 +332,13 @@ impl FromStr for Precision {
     }
 }
 
-/// How the linear layers of a model compute at inference on the CPU: in `f32` (the default)
-/// or through int8 products (`"int8"`: weights quantized per output channel once, when the
+/// How the linear layers of a model compute at inference on the CPU: in `f32` (the default),
+/// through int8 products (`"int8"`: weights quantized per output channel once, when the
 /// model is prepared; activations per token as each product runs; sums in 32-bit integers;
-/// the bias and activation applied in `f32`). Attention's score and context products,
-/// softmax, LayerNorm, pooling and a Dense head stay `f32`. Training always computes in `f32`.
+/// the bias and activation applied in `f32`), or through bf16 products (`"bf16"`: weights
+/// rounded to bf16 once, activations as each product runs, sums in `f32`; needs a processor
+/// with AVX512-BF16). Attention's score and context products, softmax, LayerNorm, pooling
+/// and a Dense head stay `f32`. Training always computes in `f32`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Quantization {
@@ -343,6 +347,8 @@ pub enum Quantization {
     None,
     /// Dynamic int8 quantization of the linear layers.
     Int8,
+    /// bf16 products of the linear layers (AVX512-BF16).
+    Bf16,
 }
 
 impl Quantization {
@@ -357,6 +363,7 @@ impl fmt::Display for Quantization {
         f.write_str(match self {
             Self::None => "none",
             Self::Int8 => "int8",
+            Self::Bf16 => "bf16",
         })
     }
 }
@@ -368,10 +375,11 @@ impl FromStr for Quantization {
         match s.trim().to_ascii_lowercase().as_str() {
             "none" | "f32" => Ok(Self::None),
             "int8" | "i8" => Ok(Self::Int8),
+            "bf16" | "bfloat16" => Ok(Self::Bf16),
             _ => Err(Error::UnknownName {
                 what: "quantization",
                 name: s.to_string(),
-                expected: "none or int8",
+                expected: "none, int8 or bf16",
             }),
         }
     }

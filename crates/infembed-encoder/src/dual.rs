@@ -99,7 +99,8 @@ pub struct EncoderConfig {
     #[serde(default = "default_batch")]
     pub encode_batch_size: usize,
     /// How the backbone's linear layers compute at inference on the CPU: `"none"` (`f32`,
-    /// the default) or `"int8"` ([`Quantization`]). Inference only: training rejects it.
+    /// the default), `"int8"` or `"bf16"` ([`Quantization`]). Inference only: training
+    /// rejects it.
     #[serde(default, skip_serializing_if = "Quantization::is_none")]
     pub quantize: Quantization,
 }
@@ -360,29 +361,46 @@ impl DualEncoder {
     }
 
     /// Computes the towers' linear layers with `quantization` from now on ([`Quantization`];
-    /// the int8 weights are prepared now), and records it in [`config`](Self::config).
+    /// the int8 or bf16 weights are prepared now), and records it in [`config`](Self::config).
     ///
     /// # Errors
-    /// [`Error::Device`] for int8 on a device other than the CPU (`flex`): the int8 kernels
-    /// are CPU kernels, and a GPU keeps its own float type (`--dtype`).
+    /// [`Error::Device`] for int8 or bf16 on a device other than the CPU (`flex`): these
+    /// kernels are CPU kernels, and a GPU keeps its own float type (`--dtype`); and for bf16
+    /// on a processor without AVX512-BF16 (named in the message with what it has).
     pub fn set_quantization(&mut self, quantization: Quantization) -> Result<()> {
-        if quantization == Quantization::Int8 && !crate::cpu::is_plain_flex(&self.device) {
+        if !quantization.is_none() && !crate::cpu::is_plain_flex(&self.device) {
             return Err(Error::Device {
                 device: format!("{:?}", self.device),
-                problem: "int8 quantization runs on the CPU (`flex`) device at inference; \
-                          a GPU computes in its float type (--dtype bf16 / f16)"
-                    .into(),
+                problem: format!(
+                    "{quantization} products run on the CPU (`flex`) device at inference; \
+                     a GPU computes in its float type (--dtype bf16 / f16)"
+                ),
             });
         }
+        let kernels = match quantization {
+            Quantization::Int8 => Some(crate::cpu::qgemm::Isa::detect()),
+            Quantization::Bf16 => match crate::cpu::qgemm::Isa::bf16() {
+                Some(isa) => Some(isa),
+                None => {
+                    return Err(Error::Device {
+                        device: "cpu".into(),
+                        problem: format!(
+                            "bf16 products need a processor with AVX512-BF16 (AMD Zen 4 and \
+                             later, Intel Cooper Lake / Sapphire Rapids and later); this one \
+                             has none (its int8 kernels: {}); use --quantize int8 or none",
+                            crate::cpu::qgemm::Isa::detect().name()
+                        ),
+                    });
+                }
+            },
+            _ => None,
+        };
         self.model.query_tower.set_quantization(quantization);
         if let Some(tower) = &self.model.passage_tower {
             tower.set_quantization(quantization);
         }
-        if quantization == Quantization::Int8 {
-            log::info!(
-                "int8 inference: {} kernels",
-                crate::cpu::qgemm::Isa::detect().name()
-            );
+        if let Some(isa) = kernels {
+            log::info!("{quantization} inference: {} kernels", isa.name());
         }
         Arc::make_mut(&mut self.context).config.quantize = quantization;
         Ok(())

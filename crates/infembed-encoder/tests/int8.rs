@@ -1,9 +1,11 @@
-//! int8 inference (`Quantization::Int8`) against the same models in f32: the tiny fixtures of
-//! every architecture, and the real all-MiniLM-L6-v2 on the vendored MS MARCO passages and
-//! sentence-transformers' reference embeddings. The bound: every int8 embedding within cosine
-//! 0.99 of its f32 embedding (measured on MiniLM: at least 0.998, docs/int8.md). Also: the
-//! int8 path really runs (its output differs from f32), a text alone equals its row in a batch
-//! (activations are quantized per token), and int8 is refused where it cannot run.
+//! int8 and bf16 inference (`Quantization::Int8`, `Quantization::Bf16`) against the same models
+//! in f32: the tiny fixtures of every architecture, and the real all-MiniLM-L6-v2 on the
+//! vendored MS MARCO passages and sentence-transformers' reference embeddings. The bound: every
+//! int8 or bf16 embedding within cosine 0.99 of its f32 embedding (measured on MiniLM: at least
+//! 0.998, docs/int8.md). Also: the reduced path really runs (its output differs from f32), a
+//! text alone equals its row in a batch (activations are quantized per token), and each is
+//! refused where it cannot run. bf16 runs where the processor has AVX512-BF16; elsewhere its
+//! tests check the refusal instead (and say so).
 
 mod common;
 
@@ -11,16 +13,39 @@ use burn::tensor::Device;
 use common::*;
 use infembed_encoder::{DualEncoder, EncoderConfig, Quantization, TextEncoder};
 
-/// The embeddings of `texts` in f32 and in int8 (the same loaded model, switched).
-fn both(enc: &TextEncoder, texts: &[&str]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+/// The embeddings of `texts` in f32 and with `quant` (the same loaded model, switched).
+fn both(enc: &TextEncoder, texts: &[&str], quant: Quantization) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
     enc.backbone.set_quantization(Quantization::None);
     let f32s = enc.encode_to_vecs(texts, 8).expect("f32");
-    enc.backbone.set_quantization(Quantization::Int8);
-    let int8 = enc.encode_to_vecs(texts, 8).expect("int8");
-    (f32s, int8)
+    enc.backbone.set_quantization(quant);
+    let reduced = enc.encode_to_vecs(texts, 8).expect("reduced precision");
+    (f32s, reduced)
 }
 
-fn check_tiny(name: &str) {
+/// Whether this processor runs the bf16 kernels (AVX-512 F, BW, VL and BF16); when not,
+/// checks that the dual encoder refuses bf16 with an error naming the feature.
+fn bf16_runs_here() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512bf16")
+    {
+        return true;
+    }
+    let config = EncoderConfig {
+        quantize: Quantization::Bf16,
+        ..EncoderConfig::default()
+    };
+    let Err(err) = DualEncoder::from_dir(fixture("tiny-bert"), config, &device()) else {
+        panic!("bf16 on a processor without AVX512-BF16 is refused");
+    };
+    assert!(err.to_string().contains("AVX512-BF16"), "{err}");
+    eprintln!("this processor has no AVX512-BF16: bf16 refused as it should be ({err})");
+    false
+}
+
+fn check_tiny(name: &str, quant: Quantization) {
     let dir = fixture(name);
     let enc = TextEncoder::from_dir(&dir, &device()).expect("load tiny model");
     let exp = read_json(&dir.join("expected.json"));
@@ -30,18 +55,18 @@ fn check_tiny(name: &str) {
         .iter()
         .map(|c| c["text"].as_str().expect("text"))
         .collect();
-    let (f, q) = both(&enc, &texts);
+    let (f, q) = both(&enc, &texts, quant);
     let mut worst = 1f64;
     let mut moved = 0f32;
     for (a, b) in f.iter().zip(&q) {
         worst = worst.min(cosine(a, b));
         moved = moved.max(max_abs_diff(a, b));
     }
-    eprintln!("{name}: int8 vs f32 min cosine {worst:.6}, max abs diff {moved:e}");
-    assert!(worst >= 0.99, "{name}: int8 vs f32 cosine {worst}");
+    eprintln!("{name}: {quant} vs f32 min cosine {worst:.6}, max abs diff {moved:e}");
+    assert!(worst >= 0.99, "{name}: {quant} vs f32 cosine {worst}");
     assert!(
         moved > 0.0,
-        "{name}: the int8 path ran (its output differs from f32)"
+        "{name}: the {quant} path ran (its output differs from f32)"
     );
     // per-token activation scales: a text's embedding does not depend on its batch
     for (r, t) in texts.iter().enumerate() {
@@ -53,22 +78,31 @@ fn check_tiny(name: &str) {
 
 #[test]
 fn tiny_bert_int8_tracks_f32() {
-    check_tiny("tiny-bert");
+    check_tiny("tiny-bert", Quantization::Int8);
 }
 
 #[test]
 fn tiny_modernbert_int8_tracks_f32() {
-    check_tiny("tiny-modernbert");
+    check_tiny("tiny-modernbert", Quantization::Int8);
 }
 
 #[test]
 fn tiny_qwen2_int8_tracks_f32() {
-    check_tiny("tiny-qwen2");
+    check_tiny("tiny-qwen2", Quantization::Int8);
 }
 
 #[test]
 fn tiny_llama_int8_tracks_f32() {
-    check_tiny("tiny-llama");
+    check_tiny("tiny-llama", Quantization::Int8);
+}
+
+#[test]
+fn tiny_models_bf16_track_f32() {
+    if bf16_runs_here() {
+        for name in ["tiny-bert", "tiny-modernbert", "tiny-qwen2", "tiny-llama"] {
+            check_tiny(name, Quantization::Bf16);
+        }
+    }
 }
 
 /// The passages of the vendored MS MARCO subset, "{title} {text}" as `infembed embed` reads
@@ -92,34 +126,45 @@ fn msmarco_passages(n: usize) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn minilm_int8_within_cosine_099_of_f32() {
-    let Some(dir) = minilm_dir("minilm_int8_within_cosine_099_of_f32") else {
+fn check_minilm(test: &str, quant: Quantization) {
+    let Some(dir) = minilm_dir(test) else {
         return;
     };
     let enc = TextEncoder::from_dir(&dir, &device()).expect("load MiniLM");
     let passages = msmarco_passages(300);
     let texts: Vec<&str> = passages.iter().map(String::as_str).collect();
-    let (f, q) = both(&enc, &texts);
+    let (f, q) = both(&enc, &texts, quant);
     let mut cos: Vec<f64> = f.iter().zip(&q).map(|(a, b)| cosine(a, b)).collect();
     cos.sort_by(f64::total_cmp);
     eprintln!(
-        "MiniLM int8 vs f32 on {} passages: min cosine {:.5}, median {:.5}",
+        "MiniLM {quant} vs f32 on {} passages: min cosine {:.5}, median {:.5}",
         cos.len(),
         cos[0],
         cos[cos.len() / 2]
     );
     assert!(cos[0] >= 0.99, "min cosine {}", cos[0]);
-    assert!(cos[cos.len() - 1] < 1.0 - 1e-7, "the int8 path ran");
+    assert!(cos[cos.len() - 1] < 1.0 - 1e-7, "the {quant} path ran");
 
     // and against sentence-transformers' own (f32) embeddings of the reference texts
     let cases = read_json(&fixture("minilm-reference/cases.json"));
     let cases = cases["cases"].as_array().expect("cases");
     let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
-    let got = enc.encode_to_vecs(&texts, 8).expect("int8");
+    let got = enc.encode_to_vecs(&texts, 8).expect("reduced precision");
     for (c, g) in cases.iter().zip(&got) {
         let c = cosine(g, &f32s(&c["embedding"]));
-        assert!(c >= 0.99, "int8 vs sentence-transformers: cosine {c}");
+        assert!(c >= 0.99, "{quant} vs sentence-transformers: cosine {c}");
+    }
+}
+
+#[test]
+fn minilm_int8_within_cosine_099_of_f32() {
+    check_minilm("minilm_int8_within_cosine_099_of_f32", Quantization::Int8);
+}
+
+#[test]
+fn minilm_bf16_within_cosine_099_of_f32() {
+    if bf16_runs_here() {
+        check_minilm("minilm_bf16_within_cosine_099_of_f32", Quantization::Bf16);
     }
 }
 
@@ -154,6 +199,14 @@ fn dual_encoder_takes_int8_from_its_config_and_refuses_it_off_the_cpu() {
         panic!("int8 on an autodiff device is refused");
     };
     assert!(err.to_string().contains("int8"), "{err}");
+    let bf16 = EncoderConfig {
+        quantize: Quantization::Bf16,
+        ..EncoderConfig::default()
+    };
+    let Err(err) = DualEncoder::from_dir(&dir, bf16, &Device::flex().autodiff()) else {
+        panic!("bf16 on an autodiff device is refused");
+    };
+    assert!(err.to_string().contains("bf16"), "{err}");
     // and the config's serde names
     let json = serde_json::to_value(EncoderConfig {
         quantize: Quantization::Int8,

@@ -453,8 +453,8 @@ impl TrainConfig {
         if !self.encoder.quantize.is_none() {
             return bad(
                 "encoder.quantize",
-                "is an inference setting (int8 products on the CPU); training computes in f32: \
-                 evaluate the trained model with `infembed eval --quantize int8`",
+                "is an inference setting (int8 or bf16 products on the CPU); training computes \
+                 in f32: evaluate the trained model with `infembed eval --quantize int8`",
             );
         }
         if self.device.is_some() && self.devices.is_some() {

@@ -269,9 +269,10 @@ fn embed_and_search_round_trip_with_minilm() {
     assert_eq!(stdout.lines().count(), 2);
 }
 
-/// `embed --quantize int8` writes the int8 encoder's embeddings: each within cosine 0.99 of
-/// the f32 ones, not equal to them, and equal to what the library gives with
-/// `DualEncoder::set_quantization`; an unknown mode is a one-line error naming it.
+/// `embed --quantize int8` (and `bf16`) writes the reduced-precision encoder's embeddings:
+/// each within cosine 0.99 of the f32 ones, not equal to them, and equal to what the library
+/// gives with `DualEncoder::set_quantization`; on a processor without AVX512-BF16, `bf16` is a
+/// one-line error naming the feature; an unknown mode is a one-line error naming it.
 #[test]
 fn embed_quantize_int8_with_minilm() {
     let Some(model) = model_dir("embed_quantize_int8_with_minilm") else {
@@ -292,30 +293,51 @@ fn embed_quantize_int8_with_minilm() {
     };
     let (out, f32_path) = embed("none", "f32.npy");
     assert_success(&out);
-    let (out, int8_path) = embed("int8", "int8.npy");
-    assert_success(&out);
-    let (f, q) = (
-        EmbeddingIndex::load(&f32_path).unwrap(),
-        EmbeddingIndex::load(&int8_path).unwrap(),
-    );
-    assert_eq!(f.ids, q.ids);
-    let mut encoder = DualEncoder::from_dir(&model, EncoderConfig::default(), &Device::flex())
-        .expect("model loads");
-    encoder
-        .set_quantization(infembed::Quantization::Int8)
-        .expect("int8 on the CPU");
-    let passages = CORPUS_PASSAGES;
-    let lib = tensor_rows(encoder.encode_passages(&passages).unwrap().embeddings).unwrap();
-    assert_eq!(lib.len(), f.ids.len());
-    for (i, lib_row) in lib.iter().enumerate() {
-        let (a, b) = (f.row(i), q.row(i));
-        let cos: f32 = a.iter().zip(b.iter()).map(|(x, y)| x * y).sum::<f32>()
-            / (a.iter().map(|x| x * x).sum::<f32>().sqrt()
-                * b.iter().map(|x| x * x).sum::<f32>().sqrt());
-        assert!(cos >= 0.99, "row {i}: cosine {cos}");
-        assert!(max_abs_diff(&a, &b) > 0.0, "row {i}: the int8 path ran");
-        let d = max_abs_diff(&b, lib_row);
-        assert!(d < 1e-6, "row {i}: CLI int8 vs library int8 differ by {d}");
+    let f = EmbeddingIndex::load(&f32_path).unwrap();
+    #[cfg(target_arch = "x86_64")]
+    let bf16_here = std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512bf16");
+    #[cfg(not(target_arch = "x86_64"))]
+    let bf16_here = false;
+    for (mode, quant) in [
+        ("int8", infembed::Quantization::Int8),
+        ("bf16", infembed::Quantization::Bf16),
+    ] {
+        let (out, path) = embed(mode, &format!("{mode}.npy"));
+        if mode == "bf16" && !bf16_here {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && !stderr.contains("panicked"),
+                "{stderr}"
+            );
+            assert!(stderr.contains("AVX512-BF16"), "{stderr}");
+            eprintln!("no AVX512-BF16 here: `--quantize bf16` refused as it should be");
+            continue;
+        }
+        assert_success(&out);
+        let q = EmbeddingIndex::load(&path).unwrap();
+        assert_eq!(f.ids, q.ids);
+        let mut encoder = DualEncoder::from_dir(&model, EncoderConfig::default(), &Device::flex())
+            .expect("model loads");
+        encoder.set_quantization(quant).expect("on the CPU");
+        let passages = CORPUS_PASSAGES;
+        let lib = tensor_rows(encoder.encode_passages(&passages).unwrap().embeddings).unwrap();
+        assert_eq!(lib.len(), f.ids.len());
+        for (i, lib_row) in lib.iter().enumerate() {
+            let (a, b) = (f.row(i), q.row(i));
+            let cos: f32 = a.iter().zip(b.iter()).map(|(x, y)| x * y).sum::<f32>()
+                / (a.iter().map(|x| x * x).sum::<f32>().sqrt()
+                    * b.iter().map(|x| x * x).sum::<f32>().sqrt());
+            assert!(cos >= 0.99, "{mode} row {i}: cosine {cos}");
+            assert!(max_abs_diff(&a, &b) > 0.0, "row {i}: the {mode} path ran");
+            let d = max_abs_diff(&b, lib_row);
+            assert!(
+                d < 1e-6,
+                "row {i}: CLI {mode} vs library {mode} differ by {d}"
+            );
+        }
     }
     let (out, _) = embed("int4", "int4.npy");
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -93,8 +93,8 @@ pub(crate) struct QkvWeights {
     d: usize,
     w: Vec<f32>,
     b: Vec<f32>,
-    /// `w` quantized for int8 products, when the model computes in int8.
-    int8: Option<QuantizedMatrix>,
+    /// `w` prepared for int8 or bf16 products, when the model computes in one of them.
+    quant: Option<QuantizedMatrix>,
     /// The parameters' own tensors (weights then biases), held so their storage stays
     /// alive and cannot be reused at the same address while these weights are cached.
     sources: Vec<Option<FlexTensor>>,
@@ -131,13 +131,12 @@ impl QkvWeights {
                 b[part * d..(part + 1) * d].copy_from_slice(&bt.storage::<f32>()[..d]);
             }
         }
-        let int8 = (quantization == Quantization::Int8)
-            .then(|| QuantizedMatrix::new(MatRef::row_major(&w, d, d3)));
+        let quant = QuantizedMatrix::prepare(quantization, MatRef::row_major(&w, d, d3));
         Some(Self {
             d,
             w,
             b,
-            int8,
+            quant,
             sources,
         })
     }
@@ -145,7 +144,8 @@ impl QkvWeights {
     /// How the projection computes.
     #[cfg(test)]
     fn quantization(&self) -> Quantization {
-        match self.int8 {
+        match &self.quant {
+            Some(q) if q.is_bf16() => Quantization::Bf16,
             Some(_) => Quantization::Int8,
             None => Quantization::None,
         }
@@ -196,7 +196,7 @@ pub(crate) fn self_attention(
         bias: Some(b_qkv),
         ..Epilogue::default()
     };
-    match &qkv_weights.int8 {
+    match &qkv_weights.quant {
         Some(q) => qgemm::qgemm(x_rows, q, &mut qkv, epilogue),
         None => gemm::gemm(x_rows, MatRef::row_major(w_qkv, d, d3), &mut qkv, epilogue),
     }

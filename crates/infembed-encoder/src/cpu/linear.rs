@@ -24,6 +24,7 @@ use rayon::prelude::*;
 use crate::cpu::elementwise::{self, contiguous};
 use crate::cpu::gemm::{self, Activation, Epilogue, MatRef};
 use crate::cpu::qgemm::{self, QuantizedMatrix};
+use crate::device::Quantization;
 
 /// `act(layer.forward(x))` through [`gemm`](crate::cpu::gemm) with the bias and activation in
 /// the product's epilogue (and, on an autodiff device, this module's backward step), when `x`
@@ -143,32 +144,33 @@ pub(crate) fn same_params(a: &[Option<FlexTensor>], b: &[Option<FlexTensor>]) ->
         })
 }
 
-/// A linear layer prepared for int8 products ([`crate::cpu::qgemm`]): its weight quantized
-/// per output channel, its bias kept in `f32`.
-pub(crate) struct Int8Linear {
+/// A linear layer prepared for int8 or bf16 products ([`crate::cpu::qgemm`]): its weight
+/// quantized per output channel or rounded to bf16, its bias kept in `f32`.
+pub(crate) struct QuantLinear {
     weight: QuantizedMatrix,
     bias: Option<Vec<f32>>,
     /// The parameters' own tensors, held so their storage stays alive and cannot be reused
-    /// at the same address while this is cached ([`Int8Linear::built_from`]).
+    /// at the same address while this is cached ([`QuantLinear::built_from`]).
     sources: Vec<Option<FlexTensor>>,
 }
 
-impl std::fmt::Debug for Int8Linear {
+impl std::fmt::Debug for QuantLinear {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Int8Linear")
+        f.debug_struct("QuantLinear")
             .field("weight", &self.weight)
             .field("bias", &self.bias.is_some())
             .finish()
     }
 }
 
-impl Int8Linear {
-    /// `layer` quantized, or `None` unless its parameters are plain `flex` `f32` tensors.
-    pub(crate) fn new(layer: &Linear) -> Option<Self> {
+impl QuantLinear {
+    /// `layer` prepared for `quantization`, or `None` for `f32` or unless its parameters are
+    /// plain `flex` `f32` tensors.
+    pub(crate) fn new(layer: &Linear, quantization: Quantization) -> Option<Self> {
         let sources = plain_params(&[layer])?;
         let weight = sources[0]
             .as_ref()
-            .map(|w| with_matrix(w, QuantizedMatrix::new))?;
+            .and_then(|w| with_matrix(w, |m| QuantizedMatrix::prepare(quantization, m)))?;
         let bias = sources[1]
             .as_ref()
             .map(|b| contiguous(b.clone()).storage::<f32>()[..weight.cols()].to_vec());
@@ -192,8 +194,8 @@ impl Int8Linear {
 /// # Shapes
 /// - `x`: `[..., d_input]`
 /// - output: `[..., d_output]`
-pub(crate) fn try_linear_int8<const D: usize>(
-    layer: &Int8Linear,
+pub(crate) fn try_linear_quant<const D: usize>(
+    layer: &QuantLinear,
     x: Tensor<D>,
     act: Activation,
 ) -> Result<Tensor<D>, Tensor<D>> {

@@ -11,19 +11,26 @@
 //! Each output is then `s_i t_j Σ_p (q_ip - z_i) w_pj` in `f32`, plus the bias, then the
 //! activation, as in [`crate::cpu::gemm`]'s epilogue.
 //!
-//! **Integer products.** The kernels hold `q - z` (in `[-255, 255]`) and the weights (in
-//! `[-127, 127]`) as 16-bit lanes, two consecutive `k` per 32-bit lane, and multiply-add pairs
-//! into 32-bit sums (`vpmaddwd` + `vpaddd`, which the compiler fuses into AVX-512 VNNI's
-//! `vpdpwssd` where the processor has it). Every pair sum is at most `2 · 255 · 127` in
-//! magnitude, so no step saturates, and the 32-bit sums are exact up to `k = 66,000`: every
-//! instruction set computes the same integers, which the tests check against a naive `i64`
-//! product. (The byte form, `vpmaddubsw` / `vpdpbusd`, would saturate or need 7-bit
-//! weights on processors without VNNI, as ONNX Runtime's `reduce_range` does; that would make
-//! AVX2 and AVX-512 machines compute different embeddings. The byte-wide VNNI instruction also
-//! has no safe wrapper, and this workspace has no `unsafe` here.)
+//! **Integer products.** Two layouts of the same integers:
+//! - *bytes* (AVX-512 VNNI): `q` itself (in `0..=255`) and the weights (in `[-127, 127]`) as
+//!   bytes, four consecutive `k` per 32-bit lane, multiplied and summed four at a time into
+//!   32-bit sums by `vpdpbusd` (64 multiply-adds an instruction, no intermediate saturation);
+//!   the epilogue subtracts `z_i Σ_p w_pj` (each column's sum of weights, computed once);
+//! - *pairs* (AVX-512 BW, AVX2, portable): `q - z` (in `[-255, 255]`) and the weights as 16-bit
+//!   lanes, two consecutive `k` per 32-bit lane, multiply-added into 32-bit sums
+//!   (`vpmaddwd` + `vpaddd`). Every pair sum is at most `2 · 255 · 127` in magnitude, so no step
+//!   saturates.
+//!
+//! Both are exact up to `k = 66,000`, so **every instruction set computes the same integers**,
+//! which the tests check against a naive `i64` product. (The byte instruction without VNNI,
+//! `vpmaddubsw`, saturates its 16-bit pair sums: it would need 7-bit weights, as ONNX Runtime's
+//! `reduce_range` has, and AVX2 and AVX-512 machines would compute different embeddings.)
 //!
 //! **Kernels**, picked at run time: AVX-512 with VNNI, AVX-512 (BW), AVX2, and a portable
-//! loop; all safe code through `pulp`'s target-feature wrappers.
+//! loop; safe code through `pulp`'s target-feature wrappers, except the VNNI micro-kernel
+//! (`pulp` has no wrapper for `vpdpbusd`): a `#[target_feature]` function of safe intrinsics,
+//! entered by `unsafe` calls behind `pulp`'s detection of the features, with AVX512-BF16's
+//! `vdpbf16ps` for a bf16 matrix ([`ext`]).
 
 #[cfg(target_arch = "x86_64")]
 use pulp::x86::{V3, V4};
@@ -39,6 +46,9 @@ const NR: usize = 32;
 /// Depth of one block of the inner dimension, in pairs of `k`: a `KCP x NR` block of `B`
 /// (24 KiB) and an `MR x KCP` micro-panel of `A` (6 KiB) fit together in L1.
 const KCP: usize = 192;
+/// Depth of one block of the inner dimension in the bytes layout, in quads of `k`: a
+/// `KCQ x NR` block of `B` (16 KiB) and an `MR x KCQ` micro-panel of `A` (4 KiB).
+const KCQ: usize = 128;
 /// An integer tile.
 type Tile = [[i32; NR]; MR];
 /// Most rows of `A` per parallel task (a multiple of [`MR`]).
@@ -48,7 +58,18 @@ pub(crate) const K_MAX: usize = 66_000;
 
 #[cfg(target_arch = "x86_64")]
 pulp::simd_type! {
-    /// AVX-512 with VNNI: the compiler turns `vpmaddwd` + `vpaddd` into `vpdpwssd`.
+    /// AVX-512 with BF16 (the bf16 products' `vdpbf16ps`).
+    pub struct V4Bf16 {
+        avx512f: "avx512f",
+        avx512bw: "avx512bw",
+        avx512vl: "avx512vl",
+        avx512bf16: "avx512bf16",
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pulp::simd_type! {
+    /// AVX-512 with VNNI (the bytes layout's `vpdpbusd`).
     pub struct V4Vnni {
         avx512f: "avx512f",
         avx512bw: "avx512bw",
@@ -61,8 +82,11 @@ pulp::simd_type! {
 #[derive(Clone, Copy, Debug)]
 pub enum Isa {
     #[cfg(target_arch = "x86_64")]
-    /// AVX-512 BW with VNNI.
+    /// AVX-512 BW with VNNI: the bytes layout.
     Vnni(V4Vnni, V4),
+    #[cfg(target_arch = "x86_64")]
+    /// AVX-512 BW with BF16: the products of a bf16 matrix ([`QuantizedMatrix::bf16`]).
+    Bf16(V4Bf16, V4),
     #[cfg(target_arch = "x86_64")]
     /// AVX-512 BW.
     V4(V4),
@@ -80,7 +104,16 @@ impl Isa {
         *BEST.get_or_init(|| Self::available()[0])
     }
 
-    /// Every path this processor can run, best first (the portable one last).
+    /// The bf16 products' instruction set, when this processor has AVX512-BF16.
+    pub fn bf16() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        if let (Some(bf16), Some(v4)) = (V4Bf16::try_new(), V4::try_new()) {
+            return Some(Self::Bf16(bf16, v4));
+        }
+        None
+    }
+
+    /// Every int8 path this processor can run, best first (the portable one last).
     pub fn available() -> Vec<Self> {
         let mut out = Vec::with_capacity(4);
         #[cfg(target_arch = "x86_64")]
@@ -108,10 +141,24 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             Self::Vnni(simd, _) => simd.vectorize(f),
             #[cfg(target_arch = "x86_64")]
+            Self::Bf16(simd, _) => simd.vectorize(f),
+            #[cfg(target_arch = "x86_64")]
             Self::V4(simd) => simd.vectorize(f),
             #[cfg(target_arch = "x86_64")]
             Self::V3(simd) => simd.vectorize(f),
             Self::Portable => f.call(),
+        }
+    }
+
+    /// The layout of the operands this set's kernel takes.
+    #[inline(always)]
+    fn layout(self) -> Layout {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Self::Vnni(..) => Layout::Bytes,
+            #[cfg(target_arch = "x86_64")]
+            Self::Bf16(..) => Layout::Bf16,
+            _ => Layout::Pairs,
         }
     }
 
@@ -121,12 +168,36 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             Self::Vnni(..) => "avx512-vnni",
             #[cfg(target_arch = "x86_64")]
+            Self::Bf16(..) => "avx512-bf16",
+            #[cfg(target_arch = "x86_64")]
             Self::V4(_) => "avx512",
             #[cfg(target_arch = "x86_64")]
             Self::V3(_) => "avx2",
             Self::Portable => "portable",
         }
     }
+}
+
+/// How a kernel's operands sit in 32-bit lanes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Layout {
+    /// Two consecutive `k` of int8 products as 16-bit integers.
+    Pairs,
+    /// Four consecutive `k` of int8 products as bytes.
+    Bytes,
+    /// Two consecutive `k` as bf16 (the weights of a bf16 matrix).
+    Bf16,
+}
+
+/// `x` rounded to bf16 (to nearest, ties to even; a NaN stays a NaN, made quiet), as its 16
+/// bits. Integer arithmetic and a select, which the compiler vectorizes.
+#[inline(always)]
+fn bf16_bits(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
+    let nan = (bits >> 16) | 0x40;
+    let is_nan = bits & 0x7fff_ffff > 0x7f80_0000;
+    (if is_nan { nan } else { rounded }) as u16
 }
 
 /// Two 16-bit values in one 32-bit lane: `lo` for the even `k`, `hi` for the odd one.
@@ -141,14 +212,31 @@ fn unpair(v: i32) -> (i32, i32) {
     (i32::from(v as i16), v >> 16)
 }
 
-/// A `k x n` weight matrix quantized per column (output channel) to `[-127, 127]`, packed
-/// for the kernels: panels of 32 columns, each `ceil(k / 2)` pairs deep.
+/// Four bytes in one 32-bit lane, the first `k` in the lowest byte (`vpdpbusd`'s order).
+#[inline(always)]
+fn quad(bytes: [u8; 4]) -> i32 {
+    i32::from_le_bytes(bytes)
+}
+
+/// A `k x n` weight matrix prepared for reduced-precision products, packed for the kernels
+/// in panels of 32 columns:
+/// - quantized per column (output channel) to `[-127, 127]` ([`QuantizedMatrix::new`]): as
+///   bytes (`ceil(k / 4)` quads deep), and, for the instruction sets of the pairs layout, as
+///   16-bit pairs (`ceil(k / 2)` deep, built from the bytes on first use);
+/// - or rounded to bf16 ([`QuantizedMatrix::bf16`]): pairs of bf16, `ceil(k / 2)` deep.
 #[derive(Clone)]
 pub struct QuantizedMatrix {
     k: usize,
     n: usize,
-    /// `ceil(n / NR)` panels of `pairs x NR` lanes, zero past the last column and row.
-    panels: Vec<i32>,
+    /// Whether the values are bf16 (else int8).
+    is_bf16: bool,
+    /// `ceil(n / NR)` panels of `quads x NR` lanes of four signed bytes, zero past the last
+    /// column and row.
+    quads: Vec<i32>,
+    /// Each column's sum of quantized weights, zero-padded to whole panels.
+    col_sums: Vec<i32>,
+    /// The same panels as `pairs x NR` lanes of two 16-bit values.
+    pairs: std::sync::OnceLock<Vec<i32>>,
     /// The scale of each column, zero-padded to whole panels.
     scales: Vec<f32>,
 }
@@ -170,7 +258,7 @@ impl QuantizedMatrix {
     pub fn new(b: MatRef<'_>) -> Self {
         let (k, n) = (b.rows(), b.cols());
         assert!(k <= K_MAX, "int8: inner dimension {k} exceeds {K_MAX}");
-        let pairs = k.div_ceil(2);
+        let quads = k.div_ceil(4);
         let panels = n.div_ceil(NR);
         let mut scales = vec![0f32; panels * NR];
         for (j, s) in scales.iter_mut().enumerate().take(n) {
@@ -181,6 +269,47 @@ impl QuantizedMatrix {
                 0.0
             };
         }
+        let mut packed = vec![0i32; panels * quads * NR];
+        let mut col_sums = vec![0i32; panels * NR];
+        packed
+            .par_chunks_mut(quads * NR)
+            .zip(col_sums.par_chunks_mut(NR))
+            .enumerate()
+            .for_each(|(panel, (dst, sums))| {
+                for (jj, sum) in sums.iter_mut().enumerate().take(NR.min(n - panel * NR)) {
+                    let j = panel * NR + jj;
+                    let s = scales[j];
+                    let q = |p: usize| -> i8 {
+                        if p >= k || s == 0.0 {
+                            0
+                        } else {
+                            (b.at(p, j) / s).round().clamp(-127.0, 127.0) as i8
+                        }
+                    };
+                    for p in 0..quads {
+                        let w = [q(4 * p), q(4 * p + 1), q(4 * p + 2), q(4 * p + 3)];
+                        *sum += w.iter().map(|&x| i32::from(x)).sum::<i32>();
+                        dst[p * NR + jj] = quad(w.map(|x| x as u8));
+                    }
+                }
+            });
+        Self {
+            k,
+            n,
+            is_bf16: false,
+            quads: packed,
+            col_sums,
+            pairs: std::sync::OnceLock::new(),
+            scales,
+        }
+    }
+
+    /// `b` (`k x n`) rounded to bf16 (to nearest, ties to even), for the products of
+    /// [`Isa::bf16`]: `f32` sums of bf16 products, no scales.
+    pub fn bf16(b: MatRef<'_>) -> Self {
+        let (k, n) = (b.rows(), b.cols());
+        let pairs = k.div_ceil(2);
+        let panels = n.div_ceil(NR);
         let mut packed = vec![0i32; panels * pairs * NR];
         packed
             .par_chunks_mut(pairs * NR)
@@ -188,25 +317,48 @@ impl QuantizedMatrix {
             .for_each(|(panel, dst)| {
                 for jj in 0..NR.min(n - panel * NR) {
                     let j = panel * NR + jj;
-                    let s = scales[j];
-                    let q = |p: usize| -> i16 {
-                        if p >= k || s == 0.0 {
-                            0
+                    let v = |p: usize| {
+                        if p < k {
+                            bf16_bits(b.at(p, j)) as i16
                         } else {
-                            (b.at(p, j) / s).round().clamp(-127.0, 127.0) as i16
+                            0
                         }
                     };
                     for p in 0..pairs {
-                        dst[p * NR + jj] = pair(q(2 * p), q(2 * p + 1));
+                        dst[p * NR + jj] = pair(v(2 * p), v(2 * p + 1));
                     }
                 }
             });
         Self {
             k,
             n,
-            panels: packed,
-            scales,
+            is_bf16: true,
+            quads: Vec::new(),
+            col_sums: vec![0; panels * NR],
+            pairs: std::sync::OnceLock::from(packed),
+            scales: vec![1.0; panels * NR],
         }
+    }
+
+    /// `b` prepared for `quantization`'s products (`None` for `f32`, and for bf16 on a
+    /// processor without AVX512-BF16: the layer then computes in `f32`; the dual encoder
+    /// refuses bf16 there with an error before it gets here).
+    pub(crate) fn prepare(
+        quantization: crate::device::Quantization,
+        b: MatRef<'_>,
+    ) -> Option<Self> {
+        use crate::device::Quantization;
+        match quantization {
+            Quantization::Int8 => Some(Self::new(b)),
+            Quantization::Bf16 => Isa::bf16().map(|_| Self::bf16(b)),
+            Quantization::None => None,
+        }
+    }
+
+    /// Whether the values are bf16 ([`QuantizedMatrix::bf16`]) rather than int8.
+    #[cfg(test)]
+    pub(crate) fn is_bf16(&self) -> bool {
+        self.is_bf16
     }
 
     /// Columns (`n`).
@@ -219,13 +371,33 @@ impl QuantizedMatrix {
         self.k
     }
 
+    /// The panels in the pairs layout (int8: built from the bytes once; bf16: the values).
+    fn pairs(&self) -> &[i32] {
+        self.pairs.get_or_init(|| {
+            let (quads, pairs) = (self.k.div_ceil(4), self.k.div_ceil(2));
+            let mut out = vec![0i32; self.quads.len() / (quads * NR) * pairs * NR];
+            out.par_chunks_mut(pairs * NR)
+                .zip(self.quads.par_chunks(quads * NR))
+                .for_each(|(dst, src)| {
+                    for (p, lanes) in dst.chunks_exact_mut(NR).enumerate() {
+                        let row = &src[(p / 2) * NR..(p / 2 + 1) * NR];
+                        for (lane, &q) in lanes.iter_mut().zip(row) {
+                            let w = q.to_le_bytes().map(|x| x as i8);
+                            let (lo, hi) = (w[2 * (p % 2)], w[2 * (p % 2) + 1]);
+                            *lane = pair(i16::from(lo), i16::from(hi));
+                        }
+                    }
+                });
+            out
+        })
+    }
+
     /// The quantized weight `(p, j)` (tests).
     #[cfg(test)]
     fn value(&self, p: usize, j: usize) -> i32 {
-        let pairs = self.k.div_ceil(2);
-        let lane = self.panels[(j / NR) * pairs * NR + (p / 2) * NR + j % NR];
-        let (lo, hi) = unpair(lane);
-        if p.is_multiple_of(2) { lo } else { hi }
+        let quads = self.k.div_ceil(4);
+        let lane = self.quads[(j / NR) * quads * NR + (p / 4) * NR + j % NR];
+        i32::from(lane.to_le_bytes()[p % 4] as i8)
     }
 }
 
@@ -258,7 +430,7 @@ fn row_params(row: &[f32]) -> (f32, i32) {
     (scale, zero)
 }
 
-/// `x` quantized with `(inverse scale, zero point)`, minus the zero point: in `[-255, 255]`.
+/// `x` quantized with `(inverse scale, zero point)`, in `0..=255`.
 ///
 /// `x * inv` rounds to the nearest integer (ties to even) by adding `1.5 * 2^23`, whose
 /// spacing of floats is 1, and reading the integer back from the bits: exact for magnitudes
@@ -266,28 +438,42 @@ fn row_params(row: &[f32]) -> (f32, i32) {
 /// compiler vectorizes (a float-to-int `as` cast checks for overflow and NaN lane by lane). A
 /// NaN input lands somewhere in `0..=255`, as no `f32` product would.
 #[inline(always)]
-fn quantize(x: f32, inv: f32, zero: i32) -> i16 {
+fn quantize(x: f32, inv: f32, zero: i32) -> i32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
     let rounded = ((x * inv + MAGIC).to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
-    let q = rounded.wrapping_add(zero).clamp(0, 255);
-    (q - zero) as i16
+    rounded.wrapping_add(zero).clamp(0, 255)
 }
 
 thread_local! {
     /// Each thread's packed activations, kept between calls.
-    static SCRATCH: Cell<Vec<i32>> = const { Cell::new(Vec::new()) };
+    static SCRATCH: Cell<PackedA> = Cell::new(PackedA::default());
 }
 
-/// Packs rows `i0 .. i0 + rows` of `a` (quantized) into `ceil(rows / MR)` micro-panels of
-/// `pairs x MR` lanes (rows past the end zero) and returns each row's scale.
+/// The quantized activations of one task in either layout, with each row's scale and zero
+/// point.
+#[derive(Default)]
+struct PackedA {
+    /// `ceil(rows / MR)` micro-panels of `depth x MR` lanes (rows past the end zero).
+    lanes: Vec<i32>,
+    scales: Vec<f32>,
+    zeros: Vec<i32>,
+}
+
+/// Packs rows `i0 .. i0 + rows` of `a` into `ceil(rows / MR)` micro-panels of `depth x MR`
+/// lanes (rows past the end zero) in `layout`: `ceil(k / 2)` pairs of `q - z`, `ceil(k / 4)`
+/// quads of `q`, or `ceil(k / 2)` pairs of bf16 (scale 1, zero point 0).
 #[inline(always)]
-fn pack_a(a: MatRef<'_>, i0: usize, rows: usize, out: &mut [i32]) -> Vec<f32> {
+fn pack_a(a: MatRef<'_>, i0: usize, rows: usize, layout: Layout, out: &mut PackedA) {
     let k = a.cols();
-    let pairs = k.div_ceil(2);
-    let mut scales = Vec::with_capacity(rows);
-    let mut vals = vec![0i16; 2 * pairs];
+    let bytes = layout == Layout::Bytes;
+    let depth = if bytes { k.div_ceil(4) } else { k.div_ceil(2) };
+    let tiles = rows.div_ceil(MR);
+    out.lanes.resize(tiles * depth * MR, 0);
+    out.scales.clear();
+    out.zeros.clear();
+    let mut vals = vec![0i32; depth * if bytes { 4 } else { 2 }];
     let mut gathered = Vec::new();
-    for (t, panel) in out.chunks_exact_mut(pairs * MR).enumerate() {
+    for (t, panel) in out.lanes.chunks_exact_mut(depth * MR).enumerate() {
         let height = MR.min(rows - t * MR);
         if height < MR {
             panel.fill(0);
@@ -302,19 +488,45 @@ fn pack_a(a: MatRef<'_>, i0: usize, rows: usize, out: &mut [i32]) -> Vec<f32> {
                     &gathered[..]
                 }
             };
+            if layout == Layout::Bf16 {
+                // converted in one contiguous pass (vectorized), then spread over the panel
+                let (whole, last) = pulp::as_arrays::<2, f32>(row);
+                for (v, &[lo, hi]) in vals.iter_mut().zip(whole) {
+                    *v = pair(bf16_bits(lo) as i16, bf16_bits(hi) as i16);
+                }
+                if let [x] = last {
+                    vals[whole.len()] = pair(bf16_bits(*x) as i16, 0);
+                }
+                for (lanes, &v) in panel.chunks_exact_mut(MR).zip(&vals[..depth]) {
+                    lanes[r] = v;
+                }
+                out.scales.push(1.0);
+                out.zeros.push(0);
+                continue;
+            }
             let (scale, zero) = row_params(row);
             let inv = 1.0 / scale;
+            // past `k`, `q - z` is 0 in the pairs layout and `q` is 0 in the bytes layout
+            // (its weights are 0 there, and the column sums stop at `k`)
+            let shift = if bytes { 0 } else { zero };
             for (v, &x) in vals.iter_mut().zip(row) {
-                *v = quantize(x, inv, zero);
+                *v = quantize(x, inv, zero) - shift;
             }
-            let (val_pairs, _) = pulp::as_arrays::<2, i16>(&vals);
-            for (lanes, &[lo, hi]) in panel.chunks_exact_mut(MR).zip(val_pairs) {
-                lanes[r] = pair(lo, hi);
+            if bytes {
+                let (val_quads, _) = pulp::as_arrays::<4, i32>(&vals);
+                for (lanes, &v) in panel.chunks_exact_mut(MR).zip(val_quads) {
+                    lanes[r] = quad(v.map(|x| x as u8));
+                }
+            } else {
+                let (val_pairs, _) = pulp::as_arrays::<2, i32>(&vals);
+                for (lanes, &[lo, hi]) in panel.chunks_exact_mut(MR).zip(val_pairs) {
+                    lanes[r] = pair(lo as i16, hi as i16);
+                }
             }
-            scales.push(scale);
+            out.scales.push(scale);
+            out.zeros.push(zero);
         }
     }
-    scales
 }
 
 /// `c = act(dequant(quant(a) · b) + bias)` with `c` row-major `a.rows() x b.cols()`; the
@@ -323,11 +535,22 @@ fn pack_a(a: MatRef<'_>, i0: usize, rows: usize, out: &mut [i32]) -> Vec<f32> {
 /// # Panics
 /// When the inner dimensions differ or `c` or the bias have the wrong length (shape
 /// contracts of the caller).
+/// Also when `b` is bf16 and this processor lacks AVX512-BF16 (the encoder checks that first).
 pub(crate) fn qgemm(a: MatRef<'_>, b: &QuantizedMatrix, c: &mut [f32], epilogue: Epilogue<'_>) {
-    qgemm_with(Isa::detect(), a, b, c, epilogue);
+    let isa = if b.is_bf16 {
+        Isa::bf16().expect("bf16 products need AVX512-BF16")
+    } else {
+        Isa::detect()
+    };
+    qgemm_with(isa, a, b, c, epilogue);
 }
 
-/// The int8 product on the given instruction set (what the encoder runs on [`Isa::detect`]).
+/// The product on the given instruction set (what the encoder runs: [`Isa::detect`] for an
+/// int8 matrix, [`Isa::bf16`] for a bf16 one).
+///
+/// # Panics
+/// When the inner dimensions differ, `c` or the bias have the wrong length (shape contracts of
+/// the caller), or `isa` is not for `b`'s values (bf16 or int8).
 pub fn qgemm_with(
     isa: Isa,
     a: MatRef<'_>,
@@ -345,6 +568,12 @@ pub fn qgemm_with(
     if let Some(bias) = epilogue.bias {
         assert_eq!(bias.len(), n, "qgemm: bias must have {n} elements");
     }
+    assert_eq!(
+        isa.layout() == Layout::Bf16,
+        b.is_bf16,
+        "qgemm: the {} kernels do not take this matrix",
+        isa.name()
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -405,27 +634,34 @@ impl Task<'_, '_> {
             epilogue,
         } = self;
         let n = b.n;
-        let pairs = b.k.div_ceil(2);
+        let layout = isa.layout();
+        // the inner dimension in lanes of the layout, and its L1-sized blocks
+        let (depth, block, b_panels) = match layout {
+            Layout::Bytes => (b.k.div_ceil(4), KCQ, &b.quads[..]),
+            Layout::Pairs | Layout::Bf16 => (b.k.div_ceil(2), KCP, b.pairs()),
+        };
         let tiles = rows.div_ceil(MR);
         // the f32 epilogue's vectors (AVX2; the AVX-512 paths include it)
         let v3: Option<gemm::Fast> = match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Vnni(_, v4) | Isa::V4(v4) => Some(*v4),
+            Isa::Vnni(_, v4) | Isa::Bf16(_, v4) | Isa::V4(v4) => Some(*v4),
             #[cfg(target_arch = "x86_64")]
             Isa::V3(v3) => Some(v3),
             Isa::Portable => None,
         };
         let mut packed = SCRATCH.with(Cell::take);
-        packed.resize(tiles * pairs * MR, 0);
-        let a_scales = pack_a(a, i0, rows, &mut packed[..tiles * pairs * MR]);
+        pack_a(a, i0, rows, layout, &mut packed);
         let mut tiles_acc: Vec<Tile> = vec![[[0; NR]; MR]; tiles];
-        for (j, b_panel) in b.panels.chunks_exact(pairs * NR).enumerate() {
+        for (j, b_panel) in b_panels.chunks_exact(depth * NR).enumerate() {
             // the panel's products, one L1-sized block of the inner dimension at a time
-            for p0 in (0..pairs).step_by(KCP) {
-                let kcp = KCP.min(pairs - p0);
-                let (b_block, _) = pulp::as_arrays::<NR, i32>(&b_panel[p0 * NR..(p0 + kcp) * NR]);
-                for (acc, a_panel) in tiles_acc.iter_mut().zip(packed.chunks_exact(pairs * MR)) {
-                    let a_block = &a_panel[p0 * MR..(p0 + kcp) * MR];
+            for p0 in (0..depth).step_by(block) {
+                let kc = block.min(depth - p0);
+                let (b_block, _) = pulp::as_arrays::<NR, i32>(&b_panel[p0 * NR..(p0 + kc) * NR]);
+                for (acc, a_panel) in tiles_acc
+                    .iter_mut()
+                    .zip(packed.lanes.chunks_exact(depth * MR))
+                {
+                    let a_block = &a_panel[p0 * MR..(p0 + kc) * MR];
                     let (a_block, _) = pulp::as_arrays::<MR, i32>(a_block);
                     micro(isa, a_block, b_block, acc, p0 == 0);
                 }
@@ -433,13 +669,27 @@ impl Task<'_, '_> {
             let j0 = j * NR;
             let width = NR.min(n - j0);
             let w_scales: &[f32; NR] = b.scales[j0..j0 + NR].try_into().expect("a panel");
+            let col_sums: &[i32; NR] = b.col_sums[j0..j0 + NR].try_into().expect("a panel");
             for (t, acc) in tiles_acc.iter().enumerate() {
                 let r0 = t * MR;
                 for (r, acc_row) in acc.iter().enumerate().take(MR.min(rows - r0)) {
-                    let sa = a_scales[r0 + r];
+                    let sa = packed.scales[r0 + r];
+                    // the bytes layout summed `q w`: `Σ (q - z) w = Σ q w - z Σ w`
+                    let zero = if layout == Layout::Bytes {
+                        packed.zeros[r0 + r]
+                    } else {
+                        0
+                    };
                     let mut v = [0f32; NR];
-                    for ((x, &s), &q) in v.iter_mut().zip(w_scales).zip(acc_row) {
-                        *x = q as f32 * (sa * s);
+                    if layout == Layout::Bf16 {
+                        // the bf16 kernel's sums are `f32` already (held as their bits)
+                        v = pulp::cast(*acc_row);
+                    } else {
+                        for (((x, &s), &q), &sum) in
+                            v.iter_mut().zip(w_scales).zip(acc_row).zip(col_sums)
+                        {
+                            *x = q.wrapping_sub(zero.wrapping_mul(sum)) as f32 * (sa * s);
+                        }
                     }
                     let start = (r0 + r) * n + j0;
                     let out = &mut c[start..start + width];
@@ -460,7 +710,7 @@ impl Task<'_, '_> {
 }
 
 /// `acc` (from zeros when `fresh`) advanced by the integer products of an `A` micro-panel
-/// and a `B` block of the same depth, on `isa` (inlined into a caller that runs under its
+/// and a `B` block of the same depth (in `isa`'s layout), on `isa` (inlined into a caller that runs under its
 /// target features).
 #[inline(always)]
 fn micro(isa: Isa, a: &[[i32; MR]], b: &[[i32; NR]], acc: &mut Tile, fresh: bool) {
@@ -469,10 +719,83 @@ fn micro(isa: Isa, a: &[[i32; MR]], b: &[[i32; NR]], acc: &mut Tile, fresh: bool
     }
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Vnni(_, v4) | Isa::V4(v4) => micro_512(v4, a, b, acc),
+        Isa::Vnni(vnni, _) => ext::micro_vnni(vnni, a, b, acc),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Bf16(bf16, _) => ext::micro_bf16(bf16, a, b, acc),
+        #[cfg(target_arch = "x86_64")]
+        Isa::V4(v4) => micro_512(v4, a, b, acc),
         #[cfg(target_arch = "x86_64")]
         Isa::V3(simd) => micro_v3(simd, a, b, acc),
         Isa::Portable => micro_portable(a, b, acc),
+    }
+}
+
+/// The micro-kernels of the instructions `pulp` has no wrapper for, AVX-512 VNNI's `vpdpbusd`
+/// and AVX512-BF16's `vdpbf16ps`: the one place of this crate with `unsafe`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod ext {
+    use super::{MR, NR, Tile, V4Bf16, V4Vnni};
+    use core::arch::x86_64::{
+        __m512, __m512bh, __m512i, _mm512_dpbf16_ps, _mm512_dpbusd_epi32, _mm512_set1_epi32,
+    };
+
+    /// [`vnni_tile`] on a processor with AVX-512 (F, BW) and VNNI, which `_proof` shows.
+    #[inline(always)]
+    pub(super) fn micro_vnni(_proof: V4Vnni, a: &[[i32; MR]], b: &[[i32; NR]], out: &mut Tile) {
+        // SAFETY: `vnni_tile` is safe code compiled for AVX-512 F, BW and VNNI; calling it is
+        // sound wherever the processor has those features, and a `V4Vnni` value exists only
+        // where `pulp`'s run-time detection found all of them (its constructor is `try_new`).
+        unsafe { vnni_tile(a, b, out) }
+    }
+
+    /// [`bf16_tile`] on a processor with AVX-512 (F, BW) and BF16, which `_proof` shows.
+    #[inline(always)]
+    pub(super) fn micro_bf16(_proof: V4Bf16, a: &[[i32; MR]], b: &[[i32; NR]], out: &mut Tile) {
+        // SAFETY: as for `micro_vnni`, with AVX512-BF16 and `V4Bf16`.
+        unsafe { bf16_tile(a, b, out) }
+    }
+
+    /// Eight rows of two vectors: per quad of `k`, one broadcast lane of four `u8` of `A`
+    /// per row against two vectors of sixteen lanes of four `i8` of `B`; `vpdpbusd` sums the
+    /// four products of each lane into its 32-bit sum (exactly: no intermediate saturation).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    fn vnni_tile(a: &[[i32; MR]], b: &[[i32; NR]], out: &mut Tile) {
+        let mut acc: [[__m512i; 2]; MR] = pulp::cast(*out);
+        for (ak, bk) in a.iter().zip(b) {
+            let [b0, b1]: [__m512i; 2] = pulp::cast(*bk);
+            for (row, &av) in acc.iter_mut().zip(ak) {
+                let av = _mm512_set1_epi32(av);
+                row[0] = _mm512_dpbusd_epi32(row[0], av, b0);
+                row[1] = _mm512_dpbusd_epi32(row[1], av, b1);
+            }
+        }
+        *out = pulp::cast(acc);
+    }
+
+    /// The 32 bits of a vector as sixteen pairs of bf16.
+    #[inline(always)]
+    fn as_bf16(v: __m512i) -> __m512bh {
+        // SAFETY: both are 64 bytes of plain data with no invalid bit patterns.
+        unsafe { core::mem::transmute::<__m512i, __m512bh>(v) }
+    }
+
+    /// The tile of [`vnni_tile`] in `f32` sums (held as their bits): per pair of `k`, one
+    /// broadcast pair of bf16 of `A` per row against two vectors of sixteen pairs of `B`;
+    /// `vdpbf16ps` adds both products of each lane to its `f32` sum.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    fn bf16_tile(a: &[[i32; MR]], b: &[[i32; NR]], out: &mut Tile) {
+        let mut acc: [[__m512; 2]; MR] = pulp::cast(*out);
+        for (ak, bk) in a.iter().zip(b) {
+            let [b0, b1]: [__m512i; 2] = pulp::cast(*bk);
+            let (b0, b1) = (as_bf16(b0), as_bf16(b1));
+            for (row, &av) in acc.iter_mut().zip(ak) {
+                let av = as_bf16(_mm512_set1_epi32(av));
+                row[0] = _mm512_dpbf16_ps(row[0], av, b0);
+                row[1] = _mm512_dpbf16_ps(row[1], av, b1);
+            }
+        }
+        *out = pulp::cast(acc);
     }
 }
 
@@ -583,19 +906,24 @@ mod tests {
         isa.vectorize(Op(isa, a, b, acc, fresh));
     }
 
-    /// The integer sums the kernel of `isa` computes (blocks of [`KCP`] pairs, as
-    /// [`qgemm`] runs them).
+    /// The integer sums `Σ_p (q_ip - z_i) w_pj` the kernel of `isa` computes (in its layout's
+    /// blocks, as [`qgemm`] runs them; the bytes layout's sums less `z_i Σ_p w_pj`).
     fn kernel_sums(isa: Isa, a: MatRef<'_>, b: &QuantizedMatrix) -> Vec<i64> {
         let (m, k, n) = (a.rows(), a.cols(), b.cols());
-        let pairs = k.div_ceil(2);
-        let mut packed = vec![0i32; m.div_ceil(MR) * pairs * MR];
-        pack_a(a, 0, m, &mut packed);
+        let bytes = isa.layout() == Layout::Bytes;
+        let (depth, block, panels) = if bytes {
+            (k.div_ceil(4), KCQ, &b.quads[..])
+        } else {
+            (k.div_ceil(2), KCP, b.pairs())
+        };
+        let mut packed = PackedA::default();
+        pack_a(a, 0, m, isa.layout(), &mut packed);
         let mut out = vec![0i64; m * n];
-        for (j, b_panel) in b.panels.chunks_exact(pairs * NR).enumerate() {
-            for (t, a_panel) in packed.chunks_exact(pairs * MR).enumerate() {
+        for (j, b_panel) in panels.chunks_exact(depth * NR).enumerate() {
+            for (t, a_panel) in packed.lanes.chunks_exact(depth * MR).enumerate() {
                 let mut acc = [[i32::MIN; NR]; MR];
-                for p0 in (0..pairs).step_by(KCP) {
-                    let end = (p0 + KCP).min(pairs);
+                for p0 in (0..depth).step_by(block) {
+                    let end = (p0 + block).min(depth);
                     let (ab, _) = pulp::as_arrays::<MR, i32>(&a_panel[p0 * MR..end * MR]);
                     let (bb, _) = pulp::as_arrays::<NR, i32>(&b_panel[p0 * NR..end * NR]);
                     tile(isa, ab, bb, &mut acc, p0 == 0);
@@ -604,7 +932,12 @@ mod tests {
                     for (jj, &v) in row.iter().enumerate() {
                         let (i, col) = (t * MR + r, j * NR + jj);
                         if i < m && col < n {
-                            out[i * n + col] = i64::from(v);
+                            let shift = if bytes {
+                                i64::from(packed.zeros[i]) * i64::from(b.col_sums[col])
+                            } else {
+                                0
+                            };
+                            out[i * n + col] = i64::from(v) - shift;
                         }
                     }
                 }
@@ -776,6 +1109,115 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// `bf16_bits` against the `half` crate's conversion: ties, the ends of the range,
+    /// infinities, subnormals and NaN.
+    #[test]
+    fn bf16_rounding_matches_half() {
+        let mut xs = vec![
+            0.0f32,
+            -0.0,
+            1.0,
+            f32::MAX,
+            f32::MIN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MIN_POSITIVE,
+            1e-40,
+            f32::from_bits(0x3f80_8000), // a tie, rounds down to even
+            f32::from_bits(0x3f81_8000), // a tie, rounds up to even
+            f32::from_bits(0x7f7f_ffff),
+        ];
+        xs.extend(matrix(1, 4000, 21, 50.0));
+        xs.extend((0..4000u32).map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761))));
+        for x in xs {
+            let want = half::bf16::from_f32(x);
+            let got = bf16_bits(x);
+            if x.is_nan() {
+                assert!(half::bf16::from_bits(got).is_nan(), "{x:?}");
+            } else {
+                assert_eq!(got, want.to_bits(), "{x:?} ({:#x})", x.to_bits());
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
+
+        /// The bf16 products against an `f64` product of the same bf16 values: within the
+        /// `f32` accumulation's bound `k · 2^-23 · Σ_p |a_ip b_pj|` (`vdpbf16ps` rounds
+        /// each sum to `f32`; the products of two bf16 are exact), with the bias and GELU
+        /// fused. Where the processor lacks AVX512-BF16 the test says so and checks nothing
+        /// (the encoder refuses `bf16` there: `tests/int8.rs`).
+        #[test]
+        fn bf16_products_are_the_f32_sums_of_bf16_values(
+            m in 1usize..30, k in 1usize..700, n in 1usize..80, seed in any::<u64>(),
+        ) {
+            let Some(isa) = Isa::bf16() else {
+                eprintln!("this processor has no AVX512-BF16: bf16 kernels not run");
+                return Ok(());
+            };
+            let a = matrix(m, k, seed, 3.0);
+            let b = matrix(k, n, seed ^ 0x3333, 0.2);
+            let bias = matrix(1, n, seed ^ 0x7777, 1.0);
+            let q = QuantizedMatrix::bf16(MatRef::row_major(&b, k, n));
+            let round = |x: f32| f64::from(half::bf16::from_f32(x).to_f32());
+            for act in [Activation::Identity, Activation::Gelu] {
+                let ep = Epilogue { bias: Some(&bias), accumulate: false, activation: act };
+                let mut c = vec![f32::NAN; m * n];
+                qgemm_with(isa, MatRef::row_major(&a, m, k), &q, &mut c, ep);
+                for i in 0..m {
+                    for j in 0..n {
+                        let terms = (0..k).map(|p| round(a[i * k + p]) * round(b[p * n + j]));
+                        let exact: f64 = terms.clone().sum::<f64>();
+                        let magnitude: f64 = terms.map(f64::abs).sum();
+                        // and the bias's own f32 addition
+                        let bound = k as f64 * f64::from(f32::EPSILON) * magnitude
+                            + (exact.abs() + f64::from(bias[j].abs())) * f64::from(f32::EPSILON)
+                            + 1e-6;
+                        let sum = f64::from(c[i * n + j]);
+                        let got = match act {
+                            Activation::Identity => sum - f64::from(bias[j]),
+                            Activation::Gelu => sum,
+                        };
+                        let want = match act {
+                            Activation::Identity => exact,
+                            Activation::Gelu => f64::from(crate::cpu::elementwise::gelu_scalar(
+                                (exact + f64::from(bias[j])) as f32,
+                            )),
+                        };
+                        let bound = if act == Activation::Gelu { 1.13 * bound + 1e-5 } else { bound };
+                        prop_assert!(
+                            (got - want).abs() <= bound,
+                            "{act:?} ({i}, {j}): {got} vs {want}, bound {bound}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn int8_and_bf16_kernels_refuse_each_others_matrices() {
+        let b = matrix(8, 8, 1, 1.0);
+        let bf = QuantizedMatrix::bf16(MatRef::row_major(&b, 8, 8));
+        let i8m = QuantizedMatrix::new(MatRef::row_major(&b, 8, 8));
+        let a = matrix(2, 8, 2, 1.0);
+        let mut c = vec![0f32; 16];
+        let run = |isa: Isa, q: &QuantizedMatrix, c: &mut [f32]| {
+            let a = MatRef::row_major(&a, 2, 8);
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                qgemm_with(isa, a, q, c, Epilogue::default())
+            }))
+            .is_err()
+        };
+        for isa in Isa::available() {
+            assert!(run(isa, &bf, &mut c), "{} took a bf16 matrix", isa.name());
+        }
+        if let Some(isa) = Isa::bf16() {
+            assert!(run(isa, &i8m, &mut c), "bf16 took an int8 matrix");
         }
     }
 }

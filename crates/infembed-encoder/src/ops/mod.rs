@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::cpu::elementwise::{try_dropout, try_gelu};
 use crate::cpu::gemm::Activation;
-use crate::cpu::linear::{Int8Linear, try_linear, try_linear_int8};
+use crate::cpu::linear::{QuantLinear, try_linear, try_linear_quant};
 use crate::cpu::norm::try_layer_norm;
 use crate::device::Quantization;
 
@@ -103,32 +103,29 @@ impl<T> Prepared<T> {
     }
 }
 
-/// How one linear layer computes at inference, with its int8 weights when it computes in int8
-/// ([`Prepared`]).
-pub(crate) type QuantSlot = Prepared<Int8Linear>;
+/// How one linear layer computes at inference, with its int8 or bf16 weights when it
+/// computes in one of them ([`Prepared`]).
+pub(crate) type QuantSlot = Prepared<QuantLinear>;
 
 impl QuantSlot {
-    /// Computes `layer` with `quantization` from now on, its int8 weights prepared now (when
-    /// its parameters are plain `flex` `f32` tensors).
+    /// Computes `layer` with `quantization` from now on, its reduced-precision weights
+    /// prepared now (when its parameters are plain `flex` `f32` tensors).
     pub(crate) fn set(&self, quantization: Quantization, layer: &Linear) {
         self.set_mode(quantization);
-        self.int8(layer);
+        self.weights(layer);
     }
 
-    /// The int8 weights of `layer` when it computes in int8 and its parameters are plain
-    /// `flex` `f32` tensors (built now when missing or stale).
-    fn int8(&self, layer: &Linear) -> Option<Arc<Int8Linear>> {
+    /// The int8 or bf16 weights of `layer` when it computes in one of them and its
+    /// parameters are plain `flex` `f32` tensors (built now when missing or stale).
+    fn weights(&self, layer: &Linear) -> Option<Arc<QuantLinear>> {
         self.get_or_build(
             |q| q.built_from(layer),
-            |mode| match mode {
-                Quantization::Int8 => Int8Linear::new(layer),
-                _ => None,
-            },
+            |mode| QuantLinear::new(layer, mode),
         )
     }
 }
 
-/// [`linear`], through int8 products when `slot` says so and `x` is a plain `flex` tensor
+/// [`linear`], through int8 or bf16 products when `slot` says so and `x` is a plain `flex` tensor
 /// (inference on the CPU).
 ///
 /// # Shapes
@@ -164,8 +161,8 @@ fn linear_act<const D: usize>(
     let x = if x.device().is_autodiff() {
         x
     } else {
-        match slot.int8(layer) {
-            Some(q) => match try_linear_int8(&q, x, act) {
+        match slot.weights(layer) {
+            Some(q) => match try_linear_quant(&q, x, act) {
                 Ok(y) => return y,
                 Err(x) => x,
             },

@@ -15,8 +15,9 @@ pub struct DeviceArgs {
     #[arg(long, default_value = "f32", value_parser = parse_precision)]
     pub dtype: Precision,
     /// `int8`: the linear layers compute through int8 products on the CPU (weights quantized
-    /// per output channel at load, activations per token); `none`: f32. Overrides the
-    /// encoder config's `quantize` (docs/int8.md).
+    /// per output channel at load, activations per token); `bf16`: through bf16 products
+    /// (processors with AVX512-BF16); `none`: f32. Overrides the encoder config's `quantize`
+    /// (docs/int8.md).
     #[arg(long, value_parser = parse_quantization)]
     pub quantize: Option<Quantization>,
 }
