@@ -1,5 +1,7 @@
-//! An int8 matrix product for inference: `C = act(dequant(quant(A) · quant(B)) + bias)`, the
-//! linear layers' product when a model is loaded with `quantize = "int8"`.
+//! The reduced-precision matrix products of inference, the linear layers' product when a model
+//! is loaded with `quantize = "int8"` (`C = act(dequant(quant(A) · quant(B)) + bias)`) or
+//! `quantize = "bf16"` (`C = act(bf16(A) · bf16(B) + bias)` with `f32` sums, on processors with
+//! AVX512-BF16: [`QuantizedMatrix::bf16`], [`Isa::bf16`]).
 //!
 //! **Quantization.** The weights `B` (`k x n`, one column per output channel) are quantized
 //! once, when the model is prepared: column `j` to signed 8-bit integers
@@ -26,11 +28,11 @@
 //! `vpmaddubsw`, saturates its 16-bit pair sums: it would need 7-bit weights, as ONNX Runtime's
 //! `reduce_range` has, and AVX2 and AVX-512 machines would compute different embeddings.)
 //!
-//! **Kernels**, picked at run time: AVX-512 with VNNI, AVX-512 (BW), AVX2, and a portable
-//! loop; safe code through `pulp`'s target-feature wrappers, except the VNNI micro-kernel
-//! (`pulp` has no wrapper for `vpdpbusd`): a `#[target_feature]` function of safe intrinsics,
-//! entered by `unsafe` calls behind `pulp`'s detection of the features, with AVX512-BF16's
-//! `vdpbf16ps` for a bf16 matrix ([`ext`]).
+//! **Kernels**, picked at run time: for int8, AVX-512 with VNNI, AVX-512 (BW), AVX2, and a
+//! portable loop; for bf16, AVX512-BF16. Safe code through `pulp`'s target-feature wrappers,
+//! except the VNNI and the bf16 micro-kernels (`pulp` wraps neither `vpdpbusd` nor
+//! `vdpbf16ps`): `#[target_feature]` functions of safe intrinsics, entered by `unsafe` calls
+//! behind `pulp`'s detection of the features ([`ext`]).
 
 #[cfg(target_arch = "x86_64")]
 use pulp::x86::{V3, V4};
