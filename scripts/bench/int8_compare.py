@@ -37,31 +37,30 @@ import time
 import numpy as np
 
 
-def cpu_line():
-    model, flags = "?", []
+def cpu_info():
+    """The processor's model name and its flags, from /proc/cpuinfo (empty where unreadable)."""
+    model, flags = "?", set()
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name") and model == "?":
                 model = line.split(":", 1)[1].strip()
             if line.startswith("flags") and not flags:
-                have = set(line.split(":", 1)[1].split())
-                flags = [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni",
-                                     "avx_vnni", "avx512_bf16", "amx_int8") if f in have]
+                flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
+    return model, flags
+
+
+def cpu_line():
+    model, have = cpu_info()
+    flags = [f for f in ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni",
+                         "avx_vnni", "avx512_bf16", "amx_int8") if f in have]
     return f"{model} ({os.cpu_count()} CPUs; {' '.join(flags)})"
 
 
 def has_bf16():
     """Whether the processor has AVX512-BF16 (and the AVX-512 it builds on)."""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                return {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= have
-    except OSError:
-        pass
-    return False
+    return {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= cpu_info()[1]
 
 
 def read_texts(path):

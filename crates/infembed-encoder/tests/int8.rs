@@ -22,25 +22,26 @@ fn both(enc: &TextEncoder, texts: &[&str], quant: Quantization) -> (Vec<Vec<f32>
     (f32s, reduced)
 }
 
+/// The error of loading the tiny BERT with `quant` on `device`, which must refuse it.
+fn refusal(quant: Quantization, device: &Device) -> String {
+    let config = EncoderConfig {
+        quantize: quant,
+        ..EncoderConfig::default()
+    };
+    let Err(err) = DualEncoder::from_dir(fixture("tiny-bert"), config, device) else {
+        panic!("{quant} on {device:?} is refused");
+    };
+    err.to_string()
+}
+
 /// Whether this processor runs the bf16 kernels (AVX-512 F, BW, VL and BF16); when not,
 /// checks that the dual encoder refuses bf16 with an error naming the feature.
 fn bf16_runs_here() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512vl")
-        && std::arch::is_x86_feature_detected!("avx512bf16")
-    {
+    if infembed_testkit::cpu_has_avx512_bf16() {
         return true;
     }
-    let config = EncoderConfig {
-        quantize: Quantization::Bf16,
-        ..EncoderConfig::default()
-    };
-    let Err(err) = DualEncoder::from_dir(fixture("tiny-bert"), config, &device()) else {
-        panic!("bf16 on a processor without AVX512-BF16 is refused");
-    };
-    assert!(err.to_string().contains("AVX512-BF16"), "{err}");
+    let err = refusal(Quantization::Bf16, &device());
+    assert!(err.contains("AVX512-BF16"), "{err}");
     eprintln!("this processor has no AVX512-BF16: bf16 refused as it should be ({err})");
     false
 }
@@ -175,7 +176,7 @@ fn dual_encoder_takes_int8_from_its_config_and_refuses_it_off_the_cpu() {
         quantize: Quantization::Int8,
         ..EncoderConfig::default()
     };
-    let int8 = DualEncoder::from_dir(&dir, config.clone(), &device()).expect("int8 on the CPU");
+    let int8 = DualEncoder::from_dir(&dir, config, &device()).expect("int8 on the CPU");
     assert_eq!(int8.config().quantize, Quantization::Int8);
     let mut f32 = DualEncoder::from_dir(&dir, EncoderConfig::default(), &device()).expect("f32");
     let texts = [
@@ -194,19 +195,13 @@ fn dual_encoder_takes_int8_from_its_config_and_refuses_it_off_the_cpu() {
         "int8 from the config = int8 switched on after loading"
     );
 
-    // an autodiff device (training) has no int8 kernels: a typed error, not a silent f32
-    let Err(err) = DualEncoder::from_dir(&dir, config, &Device::flex().autodiff()) else {
-        panic!("int8 on an autodiff device is refused");
-    };
-    assert!(err.to_string().contains("int8"), "{err}");
-    let bf16 = EncoderConfig {
-        quantize: Quantization::Bf16,
-        ..EncoderConfig::default()
-    };
-    let Err(err) = DualEncoder::from_dir(&dir, bf16, &Device::flex().autodiff()) else {
-        panic!("bf16 on an autodiff device is refused");
-    };
-    assert!(err.to_string().contains("bf16"), "{err}");
+    // an autodiff device (training) has no int8 or bf16 kernels: a typed error, not a silent
+    // f32
+    let autodiff = Device::flex().autodiff();
+    let err = refusal(Quantization::Int8, &autodiff);
+    assert!(err.contains("int8"), "{err}");
+    let err = refusal(Quantization::Bf16, &autodiff);
+    assert!(err.contains("bf16"), "{err}");
     // and the config's serde names
     let json = serde_json::to_value(EncoderConfig {
         quantize: Quantization::Int8,

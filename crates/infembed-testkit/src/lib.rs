@@ -269,6 +269,23 @@ pub fn shared_data_dir(test: &str) -> Option<PathBuf> {
     }
 }
 
+/// Whether this processor has what infembed's bf16 kernels need (AVX-512 F, BW, VL and
+/// AVX512-BF16), read from the standard library's own detection; the tests of `--quantize
+/// bf16` check the refusal instead where it is `false`.
+pub fn cpu_has_avx512_bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// `true` when `program --version` starts, else skip-or-fail naming the program and `package`.
 pub fn require_program(test: &str, program: &str, package: &str) -> bool {
     let found = std::process::Command::new(program)

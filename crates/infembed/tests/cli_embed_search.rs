@@ -294,13 +294,7 @@ fn embed_quantize_int8_with_minilm() {
     let (out, f32_path) = embed("none", "f32.npy");
     assert_success(&out);
     let f = EmbeddingIndex::load(&f32_path).unwrap();
-    #[cfg(target_arch = "x86_64")]
-    let bf16_here = std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512vl")
-        && std::arch::is_x86_feature_detected!("avx512bf16");
-    #[cfg(not(target_arch = "x86_64"))]
-    let bf16_here = false;
+    let bf16_here = infembed_testkit::cpu_has_avx512_bf16();
     for (mode, quant) in [
         ("int8", infembed::Quantization::Int8),
         ("bf16", infembed::Quantization::Bf16),

@@ -106,13 +106,17 @@ impl Isa {
         *BEST.get_or_init(|| Self::available()[0])
     }
 
-    /// The bf16 products' instruction set, when this processor has AVX512-BF16.
+    /// The bf16 products' instruction set, when this processor has AVX512-BF16 (detected
+    /// once).
     pub fn bf16() -> Option<Self> {
-        #[cfg(target_arch = "x86_64")]
-        if let (Some(bf16), Some(v4)) = (V4Bf16::try_new(), V4::try_new()) {
-            return Some(Self::Bf16(bf16, v4));
-        }
-        None
+        static BF16: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
+        *BF16.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            if let (Some(bf16), Some(v4)) = (V4Bf16::try_new(), V4::try_new()) {
+                return Some(Self::Bf16(bf16, v4));
+            }
+            None
+        })
     }
 
     /// Every int8 path this processor can run, best first (the portable one last).
@@ -191,6 +195,32 @@ enum Layout {
     Bf16,
 }
 
+impl Layout {
+    /// Consecutive `k` per 32-bit lane.
+    #[inline(always)]
+    fn per_lane(self) -> usize {
+        match self {
+            Self::Bytes => 4,
+            Self::Pairs | Self::Bf16 => 2,
+        }
+    }
+
+    /// Lanes an inner dimension of `k` takes.
+    #[inline(always)]
+    fn depth(self, k: usize) -> usize {
+        k.div_ceil(self.per_lane())
+    }
+
+    /// Lanes of one L1-sized block of the inner dimension.
+    #[inline(always)]
+    fn block(self) -> usize {
+        match self {
+            Self::Bytes => KCQ,
+            Self::Pairs | Self::Bf16 => KCP,
+        }
+    }
+}
+
 /// `x` rounded to bf16 (to nearest, ties to even; a NaN stays a NaN, made quiet), as its 16
 /// bits. Integer arithmetic and a select, which the compiler vectorizes.
 #[inline(always)]
@@ -260,7 +290,7 @@ impl QuantizedMatrix {
     pub fn new(b: MatRef<'_>) -> Self {
         let (k, n) = (b.rows(), b.cols());
         assert!(k <= K_MAX, "int8: inner dimension {k} exceeds {K_MAX}");
-        let quads = k.div_ceil(4);
+        let quads = Layout::Bytes.depth(k);
         let panels = n.div_ceil(NR);
         let mut scales = vec![0f32; panels * NR];
         for (j, s) in scales.iter_mut().enumerate().take(n) {
@@ -310,7 +340,7 @@ impl QuantizedMatrix {
     /// [`Isa::bf16`]: `f32` sums of bf16 products, no scales.
     pub fn bf16(b: MatRef<'_>) -> Self {
         let (k, n) = (b.rows(), b.cols());
-        let pairs = k.div_ceil(2);
+        let pairs = Layout::Bf16.depth(k);
         let panels = n.div_ceil(NR);
         let mut packed = vec![0i32; panels * pairs * NR];
         packed
@@ -373,10 +403,18 @@ impl QuantizedMatrix {
         self.k
     }
 
+    /// The panels in `layout` (`depth x NR` lanes each).
+    fn panels(&self, layout: Layout) -> &[i32] {
+        match layout {
+            Layout::Bytes => &self.quads,
+            Layout::Pairs | Layout::Bf16 => self.pairs(),
+        }
+    }
+
     /// The panels in the pairs layout (int8: built from the bytes once; bf16: the values).
     fn pairs(&self) -> &[i32] {
         self.pairs.get_or_init(|| {
-            let (quads, pairs) = (self.k.div_ceil(4), self.k.div_ceil(2));
+            let (quads, pairs) = (Layout::Bytes.depth(self.k), Layout::Pairs.depth(self.k));
             let mut out = vec![0i32; self.quads.len() / (quads * NR) * pairs * NR];
             out.par_chunks_mut(pairs * NR)
                 .zip(self.quads.par_chunks(quads * NR))
@@ -397,7 +435,7 @@ impl QuantizedMatrix {
     /// The quantized weight `(p, j)` (tests).
     #[cfg(test)]
     fn value(&self, p: usize, j: usize) -> i32 {
-        let quads = self.k.div_ceil(4);
+        let quads = Layout::Bytes.depth(self.k);
         let lane = self.quads[(j / NR) * quads * NR + (p / 4) * NR + j % NR];
         i32::from(lane.to_le_bytes()[p % 4] as i8)
     }
@@ -468,12 +506,12 @@ struct PackedA {
 fn pack_a(a: MatRef<'_>, i0: usize, rows: usize, layout: Layout, out: &mut PackedA) {
     let k = a.cols();
     let bytes = layout == Layout::Bytes;
-    let depth = if bytes { k.div_ceil(4) } else { k.div_ceil(2) };
+    let depth = layout.depth(k);
     let tiles = rows.div_ceil(MR);
     out.lanes.resize(tiles * depth * MR, 0);
     out.scales.clear();
     out.zeros.clear();
-    let mut vals = vec![0i32; depth * if bytes { 4 } else { 2 }];
+    let mut vals = vec![0i32; depth * layout.per_lane()];
     let mut gathered = Vec::new();
     for (t, panel) in out.lanes.chunks_exact_mut(depth * MR).enumerate() {
         let height = MR.min(rows - t * MR);
@@ -638,10 +676,7 @@ impl Task<'_, '_> {
         let n = b.n;
         let layout = isa.layout();
         // the inner dimension in lanes of the layout, and its L1-sized blocks
-        let (depth, block, b_panels) = match layout {
-            Layout::Bytes => (b.k.div_ceil(4), KCQ, &b.quads[..]),
-            Layout::Pairs | Layout::Bf16 => (b.k.div_ceil(2), KCP, b.pairs()),
-        };
+        let (depth, block, b_panels) = (layout.depth(b.k), layout.block(), b.panels(layout));
         let tiles = rows.div_ceil(MR);
         // the f32 epilogue's vectors (AVX2; the AVX-512 paths include it)
         let v3: Option<gemm::Fast> = match isa {
@@ -912,14 +947,11 @@ mod tests {
     /// blocks, as [`qgemm`] runs them; the bytes layout's sums less `z_i Σ_p w_pj`).
     fn kernel_sums(isa: Isa, a: MatRef<'_>, b: &QuantizedMatrix) -> Vec<i64> {
         let (m, k, n) = (a.rows(), a.cols(), b.cols());
-        let bytes = isa.layout() == Layout::Bytes;
-        let (depth, block, panels) = if bytes {
-            (k.div_ceil(4), KCQ, &b.quads[..])
-        } else {
-            (k.div_ceil(2), KCP, b.pairs())
-        };
+        let layout = isa.layout();
+        let bytes = layout == Layout::Bytes;
+        let (depth, block, panels) = (layout.depth(k), layout.block(), b.panels(layout));
         let mut packed = PackedA::default();
-        pack_a(a, 0, m, isa.layout(), &mut packed);
+        pack_a(a, 0, m, layout, &mut packed);
         let mut out = vec![0i64; m * n];
         for (j, b_panel) in panels.chunks_exact(depth * NR).enumerate() {
             for (t, a_panel) in packed.lanes.chunks_exact(depth * MR).enumerate() {
