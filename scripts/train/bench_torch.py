@@ -8,10 +8,12 @@ transformers (mean pooling, L2 normalization), the first 4 records of the InF-IR
 each marginal sum includes the positive; temperature 0.05; duplicates masked), global-norm
 clipping 1.0 and AdamW(5e-5), on CPU torch with 2 threads (`--threads`), max lengths 128 / 256.
 `--device cuda` runs the step on a GPU (timed with `torch.cuda.synchronize()`), the comparison
-for `infembed train --device wgpu` on a GPU machine (scripts/gpu/README.md).
+for `infembed train --device wgpu` on a GPU machine (scripts/gpu/README.md). `--bf16` runs the
+forward pass under `torch.autocast(dtype=torch.bfloat16)` (PyTorch's mixed precision: bf16
+matrix products, f32 weights), the peer of `dtype = "bf16"` / `train_step_bench --bf16`.
 
     /work/venvs/hf/bin/python scripts/train/bench_torch.py [MODEL_DIR] [--steps N]
-        [--device cpu|cuda] [--threads N]
+        [--device cpu|cuda] [--threads N] [--bf16]
 
 Prints seconds per step (mean after one warm-up step), rows/s and peak RSS.
 """
@@ -42,6 +44,7 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dev = torch.device(args.device)
@@ -82,8 +85,9 @@ def main():
     for step in range(args.steps + 1):
         sync()
         t = time.perf_counter()
-        ep = embed(passages, 256)
-        eq = embed(queries, 128)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=args.bf16):
+            ep = embed(passages, 256).float()
+            eq = embed(queries, 128).float()
         p, iq, iq_instr = ep[p_idx], eq[iq_idx], eq[instr_idx]
         pos = (iq * p).sum(-1) * scale                       # [n]
         lp = (iq @ p.T) * scale                              # P-marginal: [n, n]
@@ -107,7 +111,8 @@ def main():
     mean = sum(times) / len(times)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {args.threads} threads"
-    print(f"PyTorch {torch.__version__} on {where}: step (MiniLM-L6, 12 rows, {len(passages) + len(queries)} "
+    kind = "autocast bf16" if args.bf16 else "f32"
+    print(f"PyTorch {torch.__version__} on {where}, {kind}: step (MiniLM-L6, 12 rows, {len(passages) + len(queries)} "
           f"distinct texts): {mean:.4f} s/step, {n / mean:.1f} rows/s, peak RSS {peak:.0f} MiB")
 
 

@@ -9,7 +9,7 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{SentenceTransformersConfig, Similarity};
-use crate::device::Quantization;
+use crate::device::{Precision, Quantization};
 use crate::encoder::{Embedder, Encoded, ModelDir, TruncationCounter, max_length};
 use crate::error::{Error, Result};
 use crate::head::{DenseLayer, load_dense, output_width};
@@ -17,6 +17,7 @@ use crate::interaction::{
     CrossAttention, CrossAttentionConfig, CrossAttentionKind, combine_tokens, combine_vectors,
 };
 use crate::models::{ArchitectureConfig, Backbone};
+use crate::ops::Products;
 use crate::pool::{Pooling, l2_normalize};
 use crate::tokenize::TextTokenizer;
 use infembed_data::QueryTemplate;
@@ -235,6 +236,8 @@ pub struct DualEncoder {
     context: Arc<EncoderContext>,
     device: Device,
     truncations: TruncationCounter,
+    /// How the towers' linear products compute on the CPU (inference and training).
+    products: Products,
 }
 
 /// What a [`DualEncoder`] reads but never changes.
@@ -348,6 +351,7 @@ impl DualEncoder {
             }),
             device: device.clone(),
             truncations: TruncationCounter::default(),
+            products: Products::default(),
         };
         if !quantize.is_none() {
             encoder.set_quantization(quantize)?;
@@ -395,15 +399,72 @@ impl DualEncoder {
             },
             _ => None,
         };
-        self.model.query_tower.set_quantization(quantization);
-        if let Some(tower) = &self.model.passage_tower {
-            tower.set_quantization(quantization);
-        }
+        self.products.inference = quantization;
+        self.apply_products();
         if let Some(isa) = kernels {
             log::info!("{quantization} inference: {} kernels", isa.name());
         }
         Arc::make_mut(&mut self.context).config.quantize = quantization;
         Ok(())
+    }
+
+    /// Trains the towers' linear layers in `precision` from now on: with `bf16`, mixed
+    /// precision on a CPU with AVX512-BF16 (the forward product and both backward products,
+    /// `dx = g Wᵀ` and `dW = xᵀ g`, take their operands rounded to bf16 and sum in `f32`; the
+    /// parameters, their gradients and the optimizer stay `f32`, and so do attention's score
+    /// products, softmax, LayerNorm, GELU, pooling and the loss); with `f32`, plain `f32`
+    /// again. Inference (a plain device, dev evaluation during training, the saved model) is
+    /// not affected, and the setting is not recorded in [`config`](Self::config).
+    ///
+    /// # Errors
+    /// [`Error::Device`] for `bf16` or `f16` on a device other than the CPU (`flex`; a GPU
+    /// trains in `f32`: burn 0.22 has no mixed precision with `f32` master weights), for
+    /// `f16` on the CPU (no kernel), and for `bf16` on a processor without AVX512-BF16.
+    pub fn set_training_precision(&mut self, precision: Precision) -> Result<()> {
+        let refuse = |problem: String| {
+            Err(Error::Device {
+                device: format!("{:?}", self.device),
+                problem,
+            })
+        };
+        let on_cpu = self.device.clone().inner() == Device::flex();
+        match precision {
+            Precision::F32 => {}
+            _ if !on_cpu => {
+                return refuse(format!(
+                    "training in {precision} is a CPU setting (bf16 products on AVX512-BF16); a \
+                     GPU trains in f32 (burn 0.22 has no mixed precision with f32 master weights)"
+                ));
+            }
+            Precision::F16 => {
+                return refuse(
+                    "the CPU trains in f32 or bf16 (AVX512-BF16); it has no f16 products".into(),
+                );
+            }
+            Precision::Bf16 => {
+                if crate::cpu::qgemm::Isa::bf16().is_none() {
+                    return refuse(format!(
+                        "bf16 training needs a processor with AVX512-BF16 (AMD Zen 4 and later, \
+                         Intel Cooper Lake / Sapphire Rapids and later); this one has none (its \
+                         int8 kernels: {}); train in f32",
+                        crate::cpu::qgemm::Isa::detect().name()
+                    ));
+                }
+                log::info!("bf16 training: the linear layers' products in bf16, sums in f32");
+            }
+        }
+        self.products.train_bf16 = precision == Precision::Bf16;
+        self.apply_products();
+        Ok(())
+    }
+
+    /// Sets `self.products` on every tower's linear layers, in slots of this encoder's own
+    /// (encoders cloned from it before keep theirs).
+    fn apply_products(&mut self) {
+        self.model.query_tower.set_products(self.products);
+        if let Some(tower) = &mut self.model.passage_tower {
+            tower.set_products(self.products);
+        }
     }
 
     /// The trainable modules.
@@ -436,6 +497,7 @@ impl DualEncoder {
             context: Arc::clone(&self.context),
             device: device.clone(),
             truncations: self.truncations.clone(),
+            products: self.products,
         }
     }
 

@@ -14,7 +14,11 @@ use common::*;
 use infembed_encoder::{DualEncoder, EncoderConfig, Quantization, TextEncoder};
 
 /// The embeddings of `texts` in f32 and with `quant` (the same loaded model, switched).
-fn both(enc: &TextEncoder, texts: &[&str], quant: Quantization) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+fn both(
+    enc: &mut TextEncoder,
+    texts: &[&str],
+    quant: Quantization,
+) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
     enc.backbone.set_quantization(Quantization::None);
     let f32s = enc.encode_to_vecs(texts, 8).expect("f32");
     enc.backbone.set_quantization(quant);
@@ -48,7 +52,7 @@ fn bf16_runs_here() -> bool {
 
 fn check_tiny(name: &str, quant: Quantization) {
     let dir = fixture(name);
-    let enc = TextEncoder::from_dir(&dir, &device()).expect("load tiny model");
+    let mut enc = TextEncoder::from_dir(&dir, &device()).expect("load tiny model");
     let exp = read_json(&dir.join("expected.json"));
     let texts: Vec<&str> = exp["cases"]
         .as_array()
@@ -56,7 +60,7 @@ fn check_tiny(name: &str, quant: Quantization) {
         .iter()
         .map(|c| c["text"].as_str().expect("text"))
         .collect();
-    let (f, q) = both(&enc, &texts, quant);
+    let (f, q) = both(&mut enc, &texts, quant);
     let mut worst = 1f64;
     let mut moved = 0f32;
     for (a, b) in f.iter().zip(&q) {
@@ -131,10 +135,10 @@ fn check_minilm(test: &str, quant: Quantization) {
     let Some(dir) = minilm_dir(test) else {
         return;
     };
-    let enc = TextEncoder::from_dir(&dir, &device()).expect("load MiniLM");
+    let mut enc = TextEncoder::from_dir(&dir, &device()).expect("load MiniLM");
     let passages = msmarco_passages(300);
     let texts: Vec<&str> = passages.iter().map(String::as_str).collect();
-    let (f, q) = both(&enc, &texts, quant);
+    let (f, q) = both(&mut enc, &texts, quant);
     let mut cos: Vec<f64> = f.iter().zip(&q).map(|(a, b)| cosine(a, b)).collect();
     cos.sort_by(f64::total_cmp);
     eprintln!(

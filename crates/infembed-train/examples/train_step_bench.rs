@@ -5,7 +5,9 @@
 //! `scripts/train/bench_torch.py`), multivariate (P, I) loss, max lengths 128/256, AdamW.
 //!
 //!     cargo run --release -p infembed-train --example train_step_bench -- \
-//!         [MODEL_DIR] [STEPS] [GRAD_CACHE_CHUNK]
+//!         [MODEL_DIR] [STEPS] [GRAD_CACHE_CHUNK] [--bf16]
+//!
+//! `--bf16` trains with bf16 products (`dtype = "bf16"`: a CPU with AVX512-BF16).
 //!
 //! Prints seconds per step (mean over the steps after a first warm-up step), rows/s, and the
 //! process's peak resident memory (VmHWM).
@@ -16,7 +18,7 @@ use anyhow::{Context, Result};
 use burn::module::Module;
 use burn::tensor::Device;
 use infembed_data::{ReadMode, read_records, record_rows};
-use infembed_encoder::{DualEncoder, EncoderConfig};
+use infembed_encoder::{DualEncoder, EncoderConfig, Precision};
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
 use infembed_train::{TrainBatch, adamw, clip_global_norm, full_batch_step, grad_cache_step};
 
@@ -28,7 +30,9 @@ fn peak_rss_mib() -> Option<f64> {
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    let bf16 = args.iter().any(|a| a == "--bf16");
+    args.retain(|a| a != "--bf16");
     let model = args
         .get(1)
         .map_or("models/all-MiniLM-L6-v2", String::as_str);
@@ -56,6 +60,9 @@ fn main() -> Result<()> {
     let loaded = DualEncoder::from_dir(model, config, &plain)
         .with_context(|| format!("{model} (run `cargo xtask fetch-model`)"))?;
     let mut encoder = loaded.with_model(loaded.model().clone().train(), &plain.autodiff());
+    if bf16 {
+        encoder.set_training_precision(Precision::Bf16)?;
+    }
     let loss = LossConfig::new(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]).init()?;
     let mut optim = adamw(&Default::default());
     let mut times = Vec::new();
@@ -86,9 +93,10 @@ fn main() -> Result<()> {
     }
     let mean = times.iter().sum::<f64>() / times.len().max(1) as f64;
     println!(
-        "infembed-train step (MiniLM-L6, 12 rows, {texts} distinct texts, {}): {mean:.2} s/step, \
-         {:.1} rows/s, peak RSS {:.0} MiB",
+        "infembed-train step (MiniLM-L6, 12 rows, {texts} distinct texts, {}, {}): {mean:.2} \
+         s/step, {:.1} rows/s, peak RSS {:.0} MiB",
         chunk.map_or("full batch".to_string(), |c| format!("GradCache chunk {c}")),
+        if bf16 { "bf16 products" } else { "f32" },
         n as f64 / mean,
         peak_rss_mib().unwrap_or(f64::NAN)
     );

@@ -65,9 +65,11 @@ pub struct TrainConfig {
     /// I. Exclusive with `device`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub devices: Option<Vec<DeviceSpec>>,
-    /// Float type of the training computation. Only `f32` trains (burn 0.22 has no mixed
-    /// precision with f32 master weights); `bf16` / `f16` are for inference commands
-    /// (`--dtype`).
+    /// Float type of the training computation: `f32` (the default), or on the CPU `bf16`:
+    /// mixed precision on a processor with AVX512-BF16, where the linear layers' products
+    /// (forward and backward) take bf16 operands and sum in `f32` while the parameters, the
+    /// optimizer and every other op stay `f32` (docs/training.md). A GPU trains in `f32` (burn
+    /// 0.22 has no mixed precision with `f32` master weights; `--dtype` serves inference).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Precision>,
 }
@@ -475,13 +477,23 @@ impl TrainConfig {
         if let Some(p) = self.dtype
             && p != Precision::F32
         {
-            return bad(
-                "dtype",
-                &format!(
-                    "training computes in f32 (burn 0.22 offers no mixed precision with f32 \
-                     master weights); {p} is for inference: `infembed embed/eval/search --dtype {p}`"
-                ),
-            );
+            if p == Precision::F16 {
+                return bad(
+                    "dtype",
+                    "training computes in f32, or in bf16 products on a CPU with AVX512-BF16; \
+                     f16 is for inference on a GPU: `infembed embed/eval/search --dtype f16`",
+                );
+            }
+            if let Some(gpu) = self.device_specs().iter().find(|d| !d.is_cpu()) {
+                return bad(
+                    "dtype",
+                    &format!(
+                        "bf16 training is the CPU's mixed precision (AVX512-BF16); `{gpu}` trains \
+                         in f32 (burn 0.22 offers no mixed precision with f32 master weights); \
+                         bf16 on a GPU is for inference: `infembed embed/eval/search --dtype bf16`"
+                    ),
+                );
+            }
         }
         if self.eval.every_steps == Some(0) {
             return bad("eval.every_steps", "must be at least 1 (or absent)");

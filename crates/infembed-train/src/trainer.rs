@@ -232,7 +232,10 @@ impl Trainer {
         // dot-product checkpoint is measured as it is trained (and as it is saved).
         let loaded = DualEncoder::from_dir(&config.model, config.encoder.clone(), &plain)?
             .with_cosine_scoring();
-        let encoder = loaded.with_model(loaded.model().clone().train(), &plain.autodiff());
+        let mut encoder = loaded.with_model(loaded.model().clone().train(), &plain.autodiff());
+        if let Some(precision) = config.dtype {
+            encoder.set_training_precision(precision)?;
+        }
         let devices: Vec<Device> = devices
             .iter()
             .map(|d| d.clone().inner().autodiff())

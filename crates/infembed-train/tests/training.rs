@@ -12,7 +12,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor};
 use common::{fixture, text, without_dropout};
 use infembed_data::InfIrRecord;
-use infembed_encoder::DeviceSpec;
+use infembed_encoder::{DeviceSpec, Precision};
 use infembed_encoder::{DualEncoder, DualEncoderModel, EncoderConfig, Interaction, QueryTemplate};
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
 use infembed_train::{
@@ -530,9 +530,80 @@ fn several_devices_need_interaction_one_and_one_device_list() {
     let err = c.validate().unwrap_err().to_string();
     assert!(err.contains("devices"), "{err}");
     let mut c = config(dir.path(), "z");
-    c.dtype = Some(infembed_encoder::Precision::Bf16);
+    c.dtype = Some(Precision::F16);
     let err = c.validate().unwrap_err().to_string();
-    assert!(err.contains("dtype") && err.contains("f32"), "{err}");
+    assert!(err.contains("dtype") && err.contains("f16"), "{err}");
+    c.dtype = Some(Precision::Bf16);
+    c.validate().expect("bf16 is the CPU's mixed precision");
+    c.device = Some(DeviceSpec::Wgpu(None));
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("dtype") && err.contains("wgpu"), "{err}");
+}
+
+/// `dtype = "bf16"` on a CPU with AVX512-BF16: one step's gradients (bf16 products, f32
+/// sums) stay within bf16's rounding of the f32 gradients and differ from them, GradCache
+/// still equals the full batch, and a run is reproducible and ends near the f32 run, whose
+/// saved model it matches in format (f32 weights, no quantization recorded). On a processor
+/// without AVX512-BF16 the trainer refuses it, naming the feature.
+#[test]
+fn bf16_training_tracks_f32_training() {
+    let _guard = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path(), "bf16");
+    c.dtype = Some(Precision::Bf16);
+    if !infembed_testkit::cpu_has_avx512_bf16() {
+        eprintln!("this processor has no AVX512-BF16: checking the refusal instead");
+        let err = match Trainer::new(c, &Device::flex()) {
+            Ok(_) => panic!("bf16 training accepted without AVX512-BF16"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("AVX512-BF16"), "{err}");
+        return;
+    }
+    // one step's gradients, without dropout
+    let f32_encoder = train_encoder_from(&tiny_bert_without_dropout(dir.path()));
+    let mut bf16_encoder = f32_encoder.clone();
+    bf16_encoder
+        .set_training_precision(Precision::Bf16)
+        .unwrap();
+    let recs = records(4);
+    let interaction = &f32_encoder.config().interaction;
+    let batch = TrainBatch::new(&recs, &[0, 1, 2, 3], interaction, 5, 0).unwrap();
+    let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
+    let step = |e: &DualEncoder| full_batch_step(e, &batch, &l, true, 1.0).unwrap();
+    let (full32, full16) = (step(&f32_encoder), step(&bf16_encoder));
+    let g32 = grads_of(f32_encoder.model(), &full32.grads);
+    let g16 = grads_of(bf16_encoder.model(), &full16.grads);
+    let diff = max_rel_diff(&g32, &g16);
+    assert!(diff > 0.0 && diff < 0.05, "bf16 vs f32 gradients: {diff}");
+    assert!((full16.loss - full32.loss).abs() < 1e-2 * full32.loss.abs().max(1.0));
+    let gc = grad_cache_step(&bf16_encoder, &batch, &l, true, 1.0, 3).unwrap();
+    let diff = max_rel_diff(&g16, &grads_of(bf16_encoder.model(), &gc.grads));
+    assert!(diff < 1e-4, "bf16 GradCache vs full batch: {diff}");
+    // the f32 encoder it was cloned from still trains in f32 (the setting is per encoder)
+    let again = grads_of(f32_encoder.model(), &step(&f32_encoder).grads);
+    assert_eq!(again, g32, "the f32 encoder's products changed");
+
+    // whole runs
+    let (a, sa) = run(c.clone());
+    c.output_dir = dir.path().join("bf16-again");
+    let (b, _) = run(c);
+    assert_eq!(a, b, "two bf16 runs with one seed differ");
+    let (f, _) = run(config(dir.path(), "f32"));
+    let diff = max_rel_diff(&f, &a);
+    assert!(
+        diff > 0.0 && diff < 0.02,
+        "bf16 vs f32 weights after a run: {diff}"
+    );
+    let saved = sa.final_dir.unwrap();
+    let enc: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(saved.join(infembed_encoder::ENCODER_CONFIG_FILE)).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        enc.get("quantize").is_none_or(|q| q == "none"),
+        "the saved model records {enc}"
+    );
 }
 
 /// The wgpu device (Mesa's software Vulkan driver in CI), or a skip outside CI / a failure

@@ -105,6 +105,30 @@ fn a_two_device_run_killed_and_resumed_ends_with_the_uninterrupted_weights() {
     killed_and_resumed_matches_uninterrupted(7, &["--devices", "cpu,cpu"]);
 }
 
+/// `--dtype bf16` (bf16 products on a CPU with AVX512-BF16): killed and resumed, the run ends
+/// with the uninterrupted bf16 run's weights, bit for bit. Without the feature, the command
+/// fails in one line naming it.
+#[test]
+fn a_bf16_run_killed_and_resumed_ends_with_the_uninterrupted_weights() {
+    if infembed_testkit::cpu_has_avx512_bf16() {
+        killed_and_resumed_matches_uninterrupted(7, &["--dtype", "bf16"]);
+    } else {
+        eprintln!("this processor has no AVX512-BF16: checking the refusal instead");
+        let dir = tempfile::tempdir().unwrap();
+        let config = write_config(dir.path(), "bf16", 1);
+        fails_with(
+            &[
+                "train",
+                "--dtype",
+                "bf16",
+                "--config",
+                config.to_str().unwrap(),
+            ],
+            &["AVX512-BF16"],
+        );
+    }
+}
+
 fn killed_and_resumed_matches_uninterrupted(kill_at_step: usize, devices: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     // 24 records, 2 per batch: 12 steps per epoch.
@@ -306,6 +330,14 @@ fn user_mistakes_are_one_line_errors() {
             ok.to_str().unwrap(),
         ],
         &["dashboard", "terminals"],
+    );
+    fails_with(
+        &["train", "--dtype", "f16", "--config", ok.to_str().unwrap()],
+        &["dtype", "f16"],
+    );
+    fails_with(
+        &["train", "--dtype", "f64", "--config", ok.to_str().unwrap()],
+        &["f64", "f32, bf16 or f16"],
     );
     fails_with(
         &[

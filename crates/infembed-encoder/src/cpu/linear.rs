@@ -9,6 +9,11 @@
 //!
 //! The results equal burn's to floating-point reassociation (the two products sum in a
 //! different order); the tests compare values and gradients against burn's `Linear`.
+//!
+//! [`try_linear_in`] with [`Float::Bf16`] (mixed-precision training on a processor with
+//! AVX512-BF16) runs the same three products through [`crate::cpu::qgemm`]'s bf16 kernel: each
+//! operand rounded to bf16 as the product runs, sums in `f32`; the parameters, their
+//! gradients, the bias sum and GELU stay `f32`.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -26,6 +31,17 @@ use crate::cpu::gemm::{self, Activation, Epilogue, MatRef};
 use crate::cpu::qgemm::{self, QuantizedMatrix};
 use crate::device::Quantization;
 
+/// The float type of a linear layer's products on the CPU (the operands; sums are `f32`
+/// either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Float {
+    /// `f32` operands ([`crate::cpu::gemm`]).
+    F32,
+    /// Operands rounded to bf16 ([`crate::cpu::qgemm`]'s AVX512-BF16 kernel; `f32` where the
+    /// processor lacks it, which the dual encoder refuses before).
+    Bf16,
+}
+
 /// `act(layer.forward(x))` through [`gemm`](crate::cpu::gemm) with the bias and activation in
 /// the product's epilogue (and, on an autodiff device, this module's backward step), when `x`
 /// and the layer's parameters are `f32` tensors of the `flex` backend (plain, or autodiff
@@ -39,6 +55,20 @@ pub(crate) fn try_linear<const D: usize>(
     layer: &Linear,
     x: Tensor<D>,
     act: Activation,
+) -> Result<Tensor<D>, Tensor<D>> {
+    try_linear_in(layer, x, act, Float::F32)
+}
+
+/// [`try_linear`] with the products, forward and backward, in `float`.
+///
+/// # Shapes
+/// - `x`: `[..., d_input]`
+/// - output: `[..., d_output]`
+pub(crate) fn try_linear_in<const D: usize>(
+    layer: &Linear,
+    x: Tensor<D>,
+    act: Activation,
+    float: Float,
 ) -> Result<Tensor<D>, Tensor<D>> {
     let weight = layer.weight.val();
     let bias = layer.bias.as_ref().map(|b| b.val());
@@ -72,10 +102,10 @@ pub(crate) fn try_linear<const D: usize>(
                 .stateful()
             {
                 OpsKind::Tracked(prep) => {
-                    let (y, z) = forward_tracked(&xf, &wf, bf.as_ref(), act);
-                    prep.finish(LinearState { x: xf, w: wf, z }, y)
+                    let (y, z) = forward_tracked(&xf, &wf, bf.as_ref(), act, float);
+                    prep.finish(LinearState::new(xf, wf, z, float), y)
                 }
-                OpsKind::UnTracked(prep) => prep.finish(forward(&xf, &wf, bf.as_ref(), act)),
+                OpsKind::UnTracked(prep) => prep.finish(forward(&xf, &wf, bf.as_ref(), act, float)),
             },
             None => match op
                 .prepare::<NoCheckpointing>([xp.node(), wp.node()])
@@ -83,10 +113,10 @@ pub(crate) fn try_linear<const D: usize>(
                 .stateful()
             {
                 OpsKind::Tracked(prep) => {
-                    let (y, z) = forward_tracked(&xf, &wf, None, act);
-                    prep.finish(LinearState { x: xf, w: wf, z }, y)
+                    let (y, z) = forward_tracked(&xf, &wf, None, act, float);
+                    prep.finish(LinearState::new(xf, wf, z, float), y)
                 }
-                OpsKind::UnTracked(prep) => prep.finish(forward(&xf, &wf, None, act)),
+                OpsKind::UnTracked(prep) => prep.finish(forward(&xf, &wf, None, act, float)),
             },
         };
         return Ok(Tensor::from_primitive::<Autodiff<Flex>>(out));
@@ -108,6 +138,7 @@ pub(crate) fn try_linear<const D: usize>(
         &wf,
         bf.as_ref(),
         act,
+        float,
     )))
 }
 
@@ -259,8 +290,23 @@ fn rows_of(x: &FlexTensor, d_out: usize) -> (usize, usize, Vec<usize>) {
     (rows, d_in, out)
 }
 
-/// `act(x W + b)` as a new flex tensor.
-fn forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>, act: Activation) -> FlexTensor {
+/// `c = act(a b + bias)` (as [`gemm::gemm`]) with the operands in `float`.
+fn product(a: MatRef<'_>, b: MatRef<'_>, c: &mut [f32], epilogue: Epilogue<'_>, float: Float) {
+    if float == Float::Bf16 && qgemm::Isa::bf16().is_some() {
+        qgemm::qgemm(a, &QuantizedMatrix::bf16(b), c, epilogue);
+    } else {
+        gemm::gemm(a, b, c, epilogue);
+    }
+}
+
+/// `act(x W + b)` as a new flex tensor, the product's operands in `float`.
+fn forward(
+    x: &FlexTensor,
+    w: &FlexTensor,
+    b: Option<&FlexTensor>,
+    act: Activation,
+    float: Float,
+) -> FlexTensor {
     let [d_in, d_out] = dims2(w);
     let b = b.map(|b| contiguous(b.clone()));
     let bias = b.as_ref().map(|b| &b.storage::<f32>()[..d_out]);
@@ -270,7 +316,7 @@ fn forward(x: &FlexTensor, w: &FlexTensor, b: Option<&FlexTensor>, act: Activati
         activation: act,
     };
     rows_times(x, d_in, d_out, |xm, out| {
-        with_matrix(w, |wm| gemm::gemm(xm, wm, out, epilogue))
+        with_matrix(w, |wm| product(xm, wm, out, epilogue, float))
     })
 }
 
@@ -304,11 +350,12 @@ fn forward_tracked(
     w: &FlexTensor,
     b: Option<&FlexTensor>,
     act: Activation,
+    float: Float,
 ) -> (FlexTensor, Option<FlexTensor>) {
     match act {
-        Activation::Identity => (forward(x, w, b, act), None),
+        Activation::Identity => (forward(x, w, b, act, float), None),
         Activation::Gelu => {
-            let z = forward(x, w, b, Activation::Identity);
+            let z = forward(x, w, b, Activation::Identity, float);
             let y = elementwise::gelu_flex(z.clone());
             (y, Some(z))
         }
@@ -327,6 +374,14 @@ struct LinearState {
     w: FlexTensor,
     /// The pre-activation, for GELU.
     z: Option<FlexTensor>,
+    /// The float type of the backward products (that of the forward one).
+    float: Float,
+}
+
+impl LinearState {
+    fn new(x: FlexTensor, w: FlexTensor, z: Option<FlexTensor>, float: Float) -> Self {
+        Self { x, w, z, float }
+    }
 }
 
 /// The autodiff step of [`try_linear`] (the activation, if any, is known from
@@ -354,14 +409,14 @@ fn gradients(
     let dx = want[0].then(|| {
         let mut out = vec![0f32; rows * d_in];
         with_matrix(&state.w, |wm| {
-            gemm::gemm(gz_mat, wm.t(), &mut out, Epilogue::default())
+            product(gz_mat, wm.t(), &mut out, Epilogue::default(), state.float)
         });
         FlexTensor::from_data(TensorData::new(out, x_shape))
     });
     let dw = want[1].then(|| {
         let mut out = vec![0f32; d_in * d_out];
         let xm = MatRef::row_major(&x.storage::<f32>()[..rows * d_in], rows, d_in);
-        gemm::gemm(xm.t(), gz_mat, &mut out, Epilogue::default());
+        product(xm.t(), gz_mat, &mut out, Epilogue::default(), state.float);
         FlexTensor::from_data(TensorData::new(out, vec![d_in, d_out]))
     });
     let db = want[2].then(|| {
@@ -505,5 +560,80 @@ mod tests {
                 close(&a, &b, 2e-5, "db");
             }
         }
+    }
+
+    /// bf16 training: the output and the gradients `dx = g Wᵀ` and `dW = xᵀ g` against `f64`
+    /// sums of the same bf16-rounded operands (rounded by the `half` crate), within the `f32`
+    /// accumulation's bound `k · 2^-23 · Σ |terms|`; the bias and its gradient in `f32`. On a
+    /// processor without AVX512-BF16 the products fall back to `f32`, which the test checks
+    /// instead (saying so).
+    #[test]
+    fn bf16_training_products_are_f32_sums_of_bf16_values() {
+        let _rng = crate::rng_lock();
+        let device = Device::flex().autodiff();
+        let (d_in, d_out) = (70, 45);
+        let layer = LinearConfig::new(d_in, d_out).init(&device);
+        let x0 = Tensor::<3>::random([2, 40, d_in], Distribution::Normal(0.0, 1.5), &device);
+        let g0 = Tensor::<3>::random([2, 40, d_out], Distribution::Normal(0.0, 1.0), &device);
+        let run = |float: Float| {
+            let x = x0.clone().detach().require_grad();
+            let y = try_linear_in(&layer, x.clone(), Activation::Identity, float).expect("flex");
+            let grads = (y.clone() * g0.clone()).sum().backward();
+            (
+                values(y),
+                values(x.grad(&grads).expect("dx")),
+                values(layer.weight.grad(&grads).expect("dW")),
+                values(layer.bias.as_ref().expect("bias").grad(&grads).expect("db")),
+            )
+        };
+        let (y, dx, dw, db) = run(Float::Bf16);
+        if qgemm::Isa::bf16().is_none() {
+            eprintln!("this processor has no AVX512-BF16: checking the f32 fallback instead");
+            let (y32, dx32, dw32, db32) = run(Float::F32);
+            assert_eq!((y, dx, dw, db), (y32, dx32, dw32, db32));
+            return;
+        }
+        let (x, g) = (values(x0.clone()), values(g0.clone()));
+        let w = values(layer.weight.val());
+        let b = values(layer.bias.as_ref().expect("bias").val());
+        let rows = x.len() / d_in;
+        let r = |v: f32| f64::from(half::bf16::from_f32(v).to_f32());
+        // `got` against Σ_t terms(t) over `k` terms (plus `extra`, added in f32)
+        let check = |what: &str, got: f32, k: usize, terms: &dyn Fn(usize) -> f64, extra: f32| {
+            let exact: f64 = (0..k).map(terms).sum::<f64>() + f64::from(extra);
+            let magnitude: f64 = (0..k).map(|t| terms(t).abs()).sum();
+            let eps = f64::from(f32::EPSILON);
+            let bound = k as f64 * eps * magnitude + exact.abs() * eps + 1e-6;
+            assert!(
+                (f64::from(got) - exact).abs() <= bound,
+                "{what}: {got} vs {exact}, bound {bound}"
+            );
+        };
+        for i in 0..rows {
+            for j in 0..d_out {
+                let t = |p: usize| r(x[i * d_in + p]) * r(w[p * d_out + j]);
+                check("y", y[i * d_out + j], d_in, &t, b[j]);
+            }
+            for p in 0..d_in {
+                let t = |j: usize| r(g[i * d_out + j]) * r(w[p * d_out + j]);
+                check("dx", dx[i * d_in + p], d_out, &t, 0.0);
+            }
+        }
+        for p in 0..d_in {
+            for j in 0..d_out {
+                let t = |i: usize| r(x[i * d_in + p]) * r(g[i * d_out + j]);
+                check("dW", dw[p * d_out + j], rows, &t, 0.0);
+            }
+        }
+        for j in 0..d_out {
+            let t = |i: usize| f64::from(g[i * d_out + j]);
+            check("db", db[j], rows, &t, 0.0);
+        }
+        // and the rounding mattered: the bf16 gradients are not the f32 ones
+        assert_ne!(
+            dw,
+            run(Float::F32).2,
+            "the weight gradient was not computed in bf16"
+        );
     }
 }

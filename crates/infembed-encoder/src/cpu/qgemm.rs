@@ -344,20 +344,47 @@ impl QuantizedMatrix {
         let panels = n.div_ceil(NR);
         let mut packed = vec![0i32; panels * pairs * NR];
         packed
-            .par_chunks_mut(pairs * NR)
+            .par_chunks_mut((pairs * NR).max(1)) // (nothing to pack when k = 0)
             .enumerate()
             .for_each(|(panel, dst)| {
-                for jj in 0..NR.min(n - panel * NR) {
-                    let j = panel * NR + jj;
-                    let v = |p: usize| {
+                let (j0, width) = (panel * NR, NR.min(n - panel * NR));
+                if b.row(0).is_some() {
+                    // contiguous rows (the activation gradients of a weight gradient): two
+                    // rows of the panel at a time, a cache line of each per 16 lanes
+                    for (p, lanes) in dst.chunks_exact_mut(NR).enumerate() {
+                        let row = |i: usize| {
+                            (i < k).then(|| &b.row(i).expect("contiguous rows")[j0..j0 + width])
+                        };
+                        let (lo, hi) = (row(2 * p), row(2 * p + 1));
+                        for (jj, lane) in lanes.iter_mut().enumerate().take(width) {
+                            let bits = |r: Option<&[f32]>| r.map_or(0, |r| bf16_bits(r[jj]) as i16);
+                            *lane = pair(bits(lo), bits(hi));
+                        }
+                    }
+                } else if b.t().row(0).is_some() {
+                    // contiguous columns (a weight read transposed): a column at a time
+                    for jj in 0..width {
+                        let col = b.t().row(j0 + jj).expect("contiguous columns");
+                        let (whole, last) = pulp::as_arrays::<2, f32>(col);
+                        for (p, &[lo, hi]) in whole.iter().enumerate() {
+                            dst[p * NR + jj] = pair(bf16_bits(lo) as i16, bf16_bits(hi) as i16);
+                        }
+                        if let [x] = last {
+                            dst[whole.len() * NR + jj] = pair(bf16_bits(*x) as i16, 0);
+                        }
+                    }
+                } else {
+                    let v = |p: usize, j: usize| {
                         if p < k {
                             bf16_bits(b.at(p, j)) as i16
                         } else {
                             0
                         }
                     };
-                    for p in 0..pairs {
-                        dst[p * NR + jj] = pair(v(2 * p), v(2 * p + 1));
+                    for (p, lanes) in dst.chunks_exact_mut(NR).enumerate() {
+                        for (jj, lane) in lanes.iter_mut().enumerate().take(width) {
+                            *lane = pair(v(2 * p, j0 + jj), v(2 * p + 1, j0 + jj));
+                        }
                     }
                 }
             });
@@ -511,6 +538,30 @@ fn pack_a(a: MatRef<'_>, i0: usize, rows: usize, layout: Layout, out: &mut Packe
     out.lanes.resize(tiles * depth * MR, 0);
     out.scales.clear();
     out.zeros.clear();
+    if layout == Layout::Bf16 && a.row(0).is_none() && a.t().row(0).is_some() {
+        // contiguous columns (training's `xᵀ g`): each lane pairs two columns' values of a
+        // row, so a micro-panel is read as two column segments of `MR` values per pair
+        for (t, panel) in out.lanes.chunks_exact_mut(depth * MR).enumerate() {
+            let (r0, height) = (i0 + t * MR, MR.min(rows - t * MR));
+            let col = |q: usize| {
+                (q < k).then(|| &a.t().row(q).expect("contiguous columns")[r0..r0 + height])
+            };
+            for (p, lanes) in panel.chunks_exact_mut(MR).enumerate() {
+                let (lo, hi) = (col(2 * p), col(2 * p + 1));
+                for (r, lane) in lanes.iter_mut().enumerate() {
+                    let bits = |c: Option<&[f32]>| c.map_or(0, |c| bf16_bits(c[r]) as i16);
+                    *lane = if r < height {
+                        pair(bits(lo), bits(hi))
+                    } else {
+                        0
+                    };
+                }
+            }
+            out.scales.extend(std::iter::repeat_n(1.0, height));
+            out.zeros.extend(std::iter::repeat_n(0, height));
+        }
+        return;
+    }
     let mut vals = vec![0i32; depth * layout.per_lane()];
     let mut gathered = Vec::new();
     for (t, panel) in out.lanes.chunks_exact_mut(depth * MR).enumerate() {
@@ -1197,11 +1248,27 @@ mod tests {
             let b = matrix(k, n, seed ^ 0x3333, 0.2);
             let bias = matrix(1, n, seed ^ 0x7777, 1.0);
             let q = QuantizedMatrix::bf16(MatRef::row_major(&b, k, n));
+            // the same panels from a transposed copy (contiguous columns) and from a view
+            // with neither rows nor columns contiguous
+            let bt: Vec<f32> = (0..n * k).map(|t| b[(t % k) * n + t / k]).collect();
+            let by_cols = QuantizedMatrix::bf16(MatRef::row_major(&bt, n, k).t());
+            let mut wide = vec![f32::NAN; 2 * k * n];
+            for (t, &x) in b.iter().enumerate() {
+                wide[2 * t] = x;
+            }
+            let strided = QuantizedMatrix::bf16(MatRef::new(&wide, k, n, 2 * n, 2));
+            prop_assert_eq!(q.pairs(), by_cols.pairs());
+            prop_assert_eq!(q.pairs(), strided.pairs());
             let round = |x: f32| f64::from(half::bf16::from_f32(x).to_f32());
             for act in [Activation::Identity, Activation::Gelu] {
                 let ep = Epilogue { bias: Some(&bias), accumulate: false, activation: act };
                 let mut c = vec![f32::NAN; m * n];
                 qgemm_with(isa, MatRef::row_major(&a, m, k), &q, &mut c, ep);
+                // `a` read through a transposed copy (contiguous columns): the same sums
+                let at: Vec<f32> = (0..m * k).map(|t| a[(t % m) * k + t / m]).collect();
+                let mut c_cols = vec![f32::NAN; m * n];
+                qgemm_with(isa, MatRef::row_major(&at, k, m).t(), &q, &mut c_cols, ep);
+                prop_assert_eq!(&c, &c_cols);
                 for i in 0..m {
                     for j in 0..n {
                         let terms = (0..k).map(|p| round(a[i * k + p]) * round(b[p * n + j]));

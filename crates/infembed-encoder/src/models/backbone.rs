@@ -12,6 +12,7 @@ use super::input::BackboneInput;
 use super::modernbert::{self, ModernBertModel};
 use crate::device::Quantization;
 use crate::error::Result;
+use crate::ops::Products;
 use crate::weights;
 
 /// A transformer backbone turning token ids into hidden states.
@@ -50,13 +51,21 @@ impl Backbone {
     }
 
     /// Computes the backbone's linear layers with `quantization` at inference on the CPU
-    /// (`flex`), their int8 weights prepared now; elsewhere (a GPU, an autodiff graph) they
-    /// keep computing in the device's float type.
-    pub fn set_quantization(&self, quantization: Quantization) {
+    /// (`flex`), their int8 weights prepared now (and trains them in `f32`); elsewhere (a GPU)
+    /// they keep computing in the device's float type.
+    pub fn set_quantization(&mut self, quantization: Quantization) {
+        self.set_products(Products {
+            inference: quantization,
+            train_bf16: false,
+        });
+    }
+
+    /// Computes the backbone's linear layers with `products` on the CPU ([`Products`]).
+    pub(crate) fn set_products(&mut self, products: Products) {
         match self {
-            Self::Bert(m) => m.set_quantization(quantization),
-            Self::ModernBert(m) => m.set_quantization(quantization),
-            Self::Decoder(m) => m.set_quantization(quantization),
+            Self::Bert(m) => m.set_products(products),
+            Self::ModernBert(m) => m.set_products(products),
+            Self::Decoder(m) => m.set_products(products),
         }
     }
 

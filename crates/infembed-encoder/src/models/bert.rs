@@ -11,9 +11,10 @@ use burn::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::input::BackboneInput;
-use crate::device::Quantization;
 use crate::error::{Error, Result};
-use crate::ops::{self, FusedQkv, QuantSlot, dropout, layer_norm, linear_gelu_q, linear_q};
+use crate::ops::{
+    self, FusedQkv, Products, QuantSlot, dropout, layer_norm, linear_gelu_q, linear_q,
+};
 use crate::weights;
 
 /// Hyper-parameters of a BERT checkpoint, as in its Hugging Face `config.json`.
@@ -315,19 +316,18 @@ impl BertResidualOutput {
 
 impl BertModel {
     /// Computes the linear layers of every transformer layer (query, key, value, attention
-    /// output, both feed-forward projections) with `quantization` at inference on the CPU,
-    /// their int8 weights prepared now. The embeddings and the pooler stay `f32`.
-    pub fn set_quantization(&self, quantization: Quantization) {
-        for layer in &self.encoder.layer {
-            let a = &layer.attention.self_attn;
-            a.fused
-                .set_quantization(quantization, [&a.query, &a.key, &a.value]);
-            let o = &layer.attention.output;
-            o.dense_int8.set(quantization, &o.dense);
-            let i = &layer.intermediate;
-            i.dense_int8.set(quantization, &i.dense);
-            let o = &layer.output;
-            o.dense_int8.set(quantization, &o.dense);
+    /// output, both feed-forward projections) with `products` on the CPU, their int8 / bf16
+    /// inference weights prepared now. The embeddings and the pooler stay `f32`.
+    pub(crate) fn set_products(&mut self, products: Products) {
+        for layer in &mut self.encoder.layer {
+            let a = &mut layer.attention.self_attn;
+            a.fused.set_products(products, [&a.query, &a.key, &a.value]);
+            let o = &mut layer.attention.output;
+            o.dense_int8.set(products, &o.dense);
+            let i = &mut layer.intermediate;
+            i.dense_int8.set(products, &i.dense);
+            let o = &mut layer.output;
+            o.dense_int8.set(products, &o.dense);
         }
     }
 

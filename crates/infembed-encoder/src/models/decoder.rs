@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use super::input::BackboneInput;
 pub use super::rope::Llama3RopeScaling;
 use super::rope::{RopeTables, inverse_frequencies};
-use crate::device::Quantization;
 use crate::error::{Error, Result};
+use crate::ops::Products;
 use crate::ops::{QuantSlot, attention, key_padding_mask, linear_q, merge_heads, split_heads};
 use crate::weights;
 
@@ -385,21 +385,25 @@ pub struct SwiGlu {
 }
 
 impl DecoderModel {
-    /// Computes every layer's seven linear layers with `quantization` at inference on the
-    /// CPU, their int8 weights prepared now. Embeddings and norms stay `f32`.
-    pub fn set_quantization(&self, quantization: Quantization) {
-        for layer in &self.layers {
-            let a = &layer.self_attn;
+    /// Computes every layer's seven linear layers with `products` on the CPU, their int8 /
+    /// bf16 inference weights prepared now. Embeddings and norms stay `f32`.
+    pub(crate) fn set_products(&mut self, products: Products) {
+        for layer in &mut self.layers {
+            let a = &mut layer.self_attn;
             for (slot, l) in a
                 .int8
-                .iter()
+                .iter_mut()
                 .zip([&a.q_proj, &a.k_proj, &a.v_proj, &a.o_proj])
             {
-                slot.set(quantization, l);
+                slot.set(products, l);
             }
-            let m = &layer.mlp;
-            for (slot, l) in m.int8.iter().zip([&m.gate_proj, &m.up_proj, &m.down_proj]) {
-                slot.set(quantization, l);
+            let m = &mut layer.mlp;
+            for (slot, l) in m
+                .int8
+                .iter_mut()
+                .zip([&m.gate_proj, &m.up_proj, &m.down_proj])
+            {
+                slot.set(products, l);
             }
         }
     }

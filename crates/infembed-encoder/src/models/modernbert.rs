@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::input::BackboneInput;
 use super::rope::RopeTables;
-use crate::device::Quantization;
 use crate::error::{Error, Result};
+use crate::ops::Products;
 use crate::ops::{
     QuantSlot, attention, gelu, key_padding_mask, linear_q, merge_heads, split_heads,
 };
@@ -291,15 +291,15 @@ pub struct ModernBertMlp {
 }
 
 impl ModernBertModel {
-    /// Computes every layer's four linear layers with `quantization` at inference on the
-    /// CPU, their int8 weights prepared now. Embeddings and norms stay `f32`.
-    pub fn set_quantization(&self, quantization: Quantization) {
-        for layer in &self.layers {
-            let (a, m) = (&layer.attn, &layer.mlp);
-            a.wqkv_int8.set(quantization, &a.wqkv);
-            a.wo_int8.set(quantization, &a.wo);
-            m.wi_int8.set(quantization, &m.wi);
-            m.wo_int8.set(quantization, &m.wo);
+    /// Computes every layer's four linear layers with `products` on the CPU, their int8 /
+    /// bf16 inference weights prepared now. Embeddings and norms stay `f32`.
+    pub(crate) fn set_products(&mut self, products: Products) {
+        for layer in &mut self.layers {
+            let (a, m) = (&mut layer.attn, &mut layer.mlp);
+            a.wqkv_int8.set(products, &a.wqkv);
+            a.wo_int8.set(products, &a.wo);
+            m.wi_int8.set(products, &m.wi);
+            m.wo_int8.set(products, &m.wo);
         }
     }
 

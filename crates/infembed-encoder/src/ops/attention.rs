@@ -10,9 +10,8 @@ use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use burn::tensor::ops::AttentionModuleOptions;
 
-use super::{Packing, Prepared, dropout, linear};
+use super::{Packing, Prepared, Products, dropout, linear, linear_in};
 use crate::cpu::attention::{self as kernel, QkvWeights};
-use crate::device::Quantization;
 
 /// A key-padding mask for attention: `[B, 1, L, L]`, `true` where the KEY is padding.
 ///
@@ -132,10 +131,10 @@ impl FusedQkv {
         )
     }
 
-    /// Computes the projections with `quantization` from now on, their weights prepared now
-    /// (when they are plain `flex` `f32` tensors).
-    pub(crate) fn set_quantization(&self, quantization: Quantization, layers: [&Linear; 3]) {
-        self.set_mode(quantization);
+    /// Computes the projections with `products` from now on, their inference weights
+    /// prepared now (when they are plain `flex` `f32` tensors).
+    pub(crate) fn set_products(&mut self, products: Products, layers: [&Linear; 3]) {
+        self.set_mode(products);
         let d = layers[0].weight.dims()[0];
         if layers.iter().all(|l| l.weight.dims() == [d, d]) {
             self.get(layers, d);
@@ -171,7 +170,8 @@ pub(crate) fn self_attention(
             return ctx;
         }
     } else if kernel::trains(x) {
-        let [q, k, v] = layers.map(|layer| linear(layer, x.clone()));
+        let float = fused.train_float();
+        let [q, k, v] = layers.map(|layer| linear_in(layer, x.clone(), float));
         let ctx = kernel::attention_train(
             [&q, &k, &v],
             heads,

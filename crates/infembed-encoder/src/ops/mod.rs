@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::cpu::elementwise::{try_dropout, try_gelu};
 use crate::cpu::gemm::Activation;
-use crate::cpu::linear::{QuantLinear, try_linear, try_linear_quant};
+use crate::cpu::linear::{Float, QuantLinear, try_linear, try_linear_in, try_linear_quant};
 use crate::cpu::norm::try_layer_norm;
 use crate::device::Quantization;
 
@@ -39,6 +39,11 @@ pub(crate) fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> 
     try_linear(layer, x, Activation::Identity).unwrap_or_else(|x| layer.forward(x))
 }
 
+/// [`linear`] with its products (on the `flex` backend, forward and backward) in `float`.
+fn linear_in<const D: usize>(layer: &Linear, x: Tensor<D>, float: Float) -> Tensor<D> {
+    try_linear_in(layer, x, Activation::Identity, float).unwrap_or_else(|x| layer.forward(x))
+}
+
 /// `gelu(layer.forward(x))` with the exact (erf) GELU of [`gelu`] (fused into the product on
 /// the `flex` backend).
 ///
@@ -49,13 +54,25 @@ pub(crate) fn linear_gelu<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tenso
     try_linear(layer, x, Activation::Gelu).unwrap_or_else(|x| gelu(layer.forward(x)))
 }
 
+/// How a module's linear products compute on the CPU (`flex`): at inference (plain tensors)
+/// in `f32` or through int8 / bf16 products ([`Quantization`]), and in training (autodiff
+/// tensors) in `f32` or, with `train_bf16`, through bf16 products with `f32` sums (forward
+/// and both backward products; the parameters stay `f32`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Products {
+    /// The inference products.
+    pub(crate) inference: Quantization,
+    /// Whether training computes the products in bf16.
+    pub(crate) train_bf16: bool,
+}
+
 /// Weights a kernel prepares from a module's parameters (the attention's fused projections,
-/// a layer's int8 weights), with the [`Quantization`] they are prepared for: kept by the module
+/// a layer's int8 weights), with the [`Products`] they are prepared for: kept by the module
 /// that owns the parameters (a `#[module(skip)]` field, shared by the module's clones), built
 /// once and rebuilt only when the parameters are no longer those they were built from (a new
 /// model after an optimizer step, a load, a move to another device) or the mode changes.
 /// Neither trained nor saved.
-pub(crate) struct Prepared<T>(Arc<Mutex<(Quantization, Option<Arc<T>>)>>);
+pub(crate) struct Prepared<T>(Arc<Mutex<(Products, Option<Arc<T>>)>>);
 
 impl<T> Clone for Prepared<T> {
     fn clone(&self) -> Self {
@@ -65,7 +82,7 @@ impl<T> Clone for Prepared<T> {
 
 impl<T> Default for Prepared<T> {
     fn default() -> Self {
-        Self(Arc::new(Mutex::new((Quantization::None, None))))
+        Self(Arc::new(Mutex::new((Products::default(), None))))
     }
 }
 
@@ -74,20 +91,35 @@ impl<T> std::fmt::Debug for Prepared<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let slot = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         f.debug_struct("Prepared")
-            .field("quantization", &slot.0)
+            .field("products", &slot.0)
             .field("prepared", &slot.1.is_some())
             .finish()
     }
 }
 
 impl<T> Prepared<T> {
-    /// Prepares for `quantization` from now on (what was prepared before is dropped).
-    pub(crate) fn set_mode(&self, quantization: Quantization) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = (quantization, None);
+    /// Prepares for `products` from now on, in a slot of its own: clones of the module made
+    /// before keep computing as they did (what was prepared before is dropped here).
+    pub(crate) fn set_mode(&mut self, products: Products) {
+        self.0 = Arc::new(Mutex::new((products, None)));
     }
 
-    /// The prepared value when `fresh` says it still holds, else `build(mode)` (kept; `None`
-    /// when it cannot be built).
+    /// How the products compute now.
+    pub(crate) fn products(&self) -> Products {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).0
+    }
+
+    /// The float type of the products on an autodiff graph.
+    fn train_float(&self) -> Float {
+        if self.products().train_bf16 {
+            Float::Bf16
+        } else {
+            Float::F32
+        }
+    }
+
+    /// The prepared value when `fresh` says it still holds, else `build(inference products)`
+    /// (kept; `None` when it cannot be built).
     pub(crate) fn get_or_build(
         &self,
         fresh: impl FnOnce(&T) -> bool,
@@ -97,21 +129,21 @@ impl<T> Prepared<T> {
         if let Some(w) = slot.1.as_ref().filter(|w| fresh(w)) {
             return Some(Arc::clone(w));
         }
-        let w = Arc::new(build(slot.0)?);
+        let w = Arc::new(build(slot.0.inference)?);
         slot.1 = Some(Arc::clone(&w));
         Some(w)
     }
 }
 
-/// How one linear layer computes at inference, with its int8 or bf16 weights when it
-/// computes in one of them ([`Prepared`]).
+/// How one linear layer computes ([`Products`]), with its int8 or bf16 weights when it
+/// computes in one of them at inference ([`Prepared`]).
 pub(crate) type QuantSlot = Prepared<QuantLinear>;
 
 impl QuantSlot {
-    /// Computes `layer` with `quantization` from now on, its reduced-precision weights
+    /// Computes `layer` with `products` from now on, its reduced-precision inference weights
     /// prepared now (when its parameters are plain `flex` `f32` tensors).
-    pub(crate) fn set(&self, quantization: Quantization, layer: &Linear) {
-        self.set_mode(quantization);
+    pub(crate) fn set(&mut self, products: Products, layer: &Linear) {
+        self.set_mode(products);
         self.weights(layer);
     }
 
@@ -125,8 +157,8 @@ impl QuantSlot {
     }
 }
 
-/// [`linear`], through int8 or bf16 products when `slot` says so and `x` is a plain `flex` tensor
-/// (inference on the CPU).
+/// [`linear`], through int8 or bf16 products when `slot` says so ([`Products`]): at inference
+/// when `x` is a plain `flex` tensor, in bf16 training when it is on a `flex` autodiff graph.
 ///
 /// # Shapes
 /// - `x`: `[..., d_input]`
@@ -139,7 +171,7 @@ pub(crate) fn linear_q<const D: usize>(
     linear_act(layer, slot, x, Activation::Identity)
 }
 
-/// [`linear_gelu`], through int8 products as [`linear_q`].
+/// [`linear_gelu`], through int8 or bf16 products as [`linear_q`].
 ///
 /// # Shapes
 /// - `x`: `[..., d_input]`
@@ -159,7 +191,13 @@ fn linear_act<const D: usize>(
     act: Activation,
 ) -> Tensor<D> {
     let x = if x.device().is_autodiff() {
-        x
+        match slot.train_float() {
+            Float::F32 => x,
+            bf16 => match try_linear_in(layer, x, act, bf16) {
+                Ok(y) => return y,
+                Err(x) => x,
+            },
+        }
     } else {
         match slot.weights(layer) {
             Some(q) => match try_linear_quant(&q, x, act) {

@@ -62,7 +62,7 @@ fn parse_quantization(text: &str) -> std::result::Result<Quantization, String> {
         .map_err(|e: infembed::encoder::Error| e.to_string())
 }
 
-fn parse_precision(text: &str) -> std::result::Result<Precision, String> {
+pub(crate) fn parse_precision(text: &str) -> std::result::Result<Precision, String> {
     text.parse()
         .map_err(|e: infembed::encoder::Error| e.to_string())
 }

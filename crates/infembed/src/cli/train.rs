@@ -20,12 +20,22 @@ pub struct TrainArgs {
     progress: infembed::train::ProgressMode,
     #[command(flatten)]
     devices: super::device::TrainDeviceArgs,
+    /// Float type of training (overrides the config's `dtype`): f32, or bf16 on a CPU with
+    /// AVX512-BF16 (mixed precision: the linear layers' products in bf16, f32 sums, weights
+    /// and optimizer; docs/training.md).
+    #[arg(long, value_parser = super::device::parse_precision)]
+    dtype: Option<infembed::Precision>,
 }
 
 pub fn run(args: &TrainArgs) -> Result<()> {
     let mut config = infembed::train::TrainConfig::from_file(&args.config)?;
     if let Some(specs) = args.devices.specs() {
         config.set_devices(specs);
+    }
+    if let Some(dtype) = args.dtype {
+        config.dtype = Some(dtype);
+    }
+    if args.devices.specs().is_some() || args.dtype.is_some() {
         config.validate()?;
     }
     let on: Vec<String> = config
