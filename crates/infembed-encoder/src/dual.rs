@@ -421,13 +421,17 @@ impl DualEncoder {
     /// trains in `f32`: burn 0.22 has no mixed precision with `f32` master weights), for
     /// `f16` on the CPU (no kernel), and for `bf16` on a processor without AVX512-BF16.
     pub fn set_training_precision(&mut self, precision: Precision) -> Result<()> {
+        let on_cpu = self.device.clone().inner() == Device::flex();
         let refuse = |problem: String| {
             Err(Error::Device {
-                device: format!("{:?}", self.device),
+                device: if on_cpu {
+                    "cpu".to_string()
+                } else {
+                    format!("{:?}", self.device.clone().inner())
+                },
                 problem,
             })
         };
-        let on_cpu = self.device.clone().inner() == Device::flex();
         match precision {
             Precision::F32 => {}
             _ if !on_cpu => {

@@ -270,9 +270,15 @@ pub fn shared_data_dir(test: &str) -> Option<PathBuf> {
 }
 
 /// Whether this processor has what infembed's bf16 kernels need (AVX-512 F, BW, VL and
-/// AVX512-BF16), read from the standard library's own detection; the tests of `--quantize
-/// bf16` check the refusal instead where it is `false`.
+/// AVX512-BF16), read from the standard library's own detection, and `INFEMBED_MAX_ISA`
+/// (docs/int8.md) leaves them in; the tests of `--quantize bf16` check the refusal instead
+/// where it is `false`.
 pub fn cpu_has_avx512_bf16() -> bool {
+    let capped = std::env::var("INFEMBED_MAX_ISA")
+        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "avx2" | "avx512"));
+    if capped {
+        return false;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         std::arch::is_x86_feature_detected!("avx512f")

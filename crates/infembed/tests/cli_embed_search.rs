@@ -280,9 +280,13 @@ fn embed_quantize_int8_with_minilm() {
     };
     let dir = tempfile::tempdir().unwrap();
     let corpus = write_corpus(dir.path());
-    let embed = |quantize: &str, name: &str| {
+    let embed_capped = |quantize: &str, name: &str, cap: Option<&str>| {
         let output = dir.path().join(name);
-        let out = run(bin()
+        let mut cmd = bin();
+        if let Some(cap) = cap {
+            cmd.env("INFEMBED_MAX_ISA", cap);
+        }
+        let out = run(cmd
             .args(["embed", "--quiet", "--quantize", quantize, "--model"])
             .arg(&model)
             .arg("--input")
@@ -291,6 +295,7 @@ fn embed_quantize_int8_with_minilm() {
             .arg(&output));
         (out, output)
     };
+    let embed = |quantize: &str, name: &str| embed_capped(quantize, name, None);
     let (out, f32_path) = embed("none", "f32.npy");
     assert_success(&out);
     let f = EmbeddingIndex::load(&f32_path).unwrap();
@@ -333,6 +338,25 @@ fn embed_quantize_int8_with_minilm() {
             );
         }
     }
+    // As on an AVX2-only processor (`INFEMBED_MAX_ISA=avx2`, an AMD Zen 3): int8 runs the AVX2
+    // kernel and gives the same embeddings, bit for bit (every path computes the same integer
+    // sums), and bf16 is refused, naming the feature.
+    let (out, int8_avx2) = embed_capped("int8", "int8-avx2.npy", Some("avx2"));
+    assert_success(&out);
+    let (a, b) = (
+        EmbeddingIndex::load(&dir.path().join("int8.npy")).unwrap(),
+        EmbeddingIndex::load(&int8_avx2).unwrap(),
+    );
+    for i in 0..a.ids.len() {
+        assert_eq!(a.row(i), b.row(i), "row {i}: int8 on AVX2 differs");
+    }
+    let (out, _) = embed_capped("bf16", "bf16-avx2.npy", Some("avx2"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("AVX512-BF16"), "{stderr}");
     let (out, _) = embed("int4", "int4.npy");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -80,6 +80,44 @@ pulp::simd_type! {
     }
 }
 
+/// The widest instructions the reduced-precision kernels may use, from the environment
+/// variable `INFEMBED_MAX_ISA` (read once): `avx2` leaves out every AVX-512 path (what an AMD
+/// Zen 3 runs: int8 through AVX2, bf16 refused), `avx512` leaves out VNNI and BF16; unset (or
+/// `all`), whatever the processor has. For comparing paths on one machine and for testing the
+/// refusals of a smaller processor; an unknown value is logged and ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MaxIsa {
+    /// AVX2 at most.
+    Avx2,
+    /// AVX-512 F/BW/VL, without VNNI or BF16.
+    Avx512,
+    /// No cap.
+    All,
+}
+
+impl MaxIsa {
+    /// The cap in force (`INFEMBED_MAX_ISA`, read once).
+    pub fn get() -> Self {
+        static CAP: std::sync::OnceLock<MaxIsa> = std::sync::OnceLock::new();
+        *CAP.get_or_init(|| {
+            let Ok(value) = std::env::var("INFEMBED_MAX_ISA") else {
+                return Self::All;
+            };
+            match value.trim().to_ascii_lowercase().as_str() {
+                "avx2" => Self::Avx2,
+                "avx512" => Self::Avx512,
+                "" | "all" => Self::All,
+                other => {
+                    log::warn!(
+                        "INFEMBED_MAX_ISA={other:?} is not one of avx2, avx512, all: ignored"
+                    );
+                    Self::All
+                }
+            }
+        })
+    }
+}
+
 /// The instruction set of the integer kernel.
 #[derive(Clone, Copy, Debug)]
 pub enum Isa {
@@ -107,27 +145,33 @@ impl Isa {
     }
 
     /// The bf16 products' instruction set, when this processor has AVX512-BF16 (detected
-    /// once).
+    /// once; none under `INFEMBED_MAX_ISA=avx512` or `avx2`, [`MaxIsa`]).
     pub fn bf16() -> Option<Self> {
         static BF16: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
         *BF16.get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
-            if let (Some(bf16), Some(v4)) = (V4Bf16::try_new(), V4::try_new()) {
+            if MaxIsa::get() == MaxIsa::All
+                && let (Some(bf16), Some(v4)) = (V4Bf16::try_new(), V4::try_new())
+            {
                 return Some(Self::Bf16(bf16, v4));
             }
             None
         })
     }
 
-    /// Every int8 path this processor can run, best first (the portable one last).
+    /// Every int8 path this processor can run, best first (the portable one last), within
+    /// `INFEMBED_MAX_ISA` ([`MaxIsa`]).
     pub fn available() -> Vec<Self> {
         let mut out = Vec::with_capacity(4);
         #[cfg(target_arch = "x86_64")]
         {
-            if let (Some(vnni), Some(v4)) = (V4Vnni::try_new(), V4::try_new()) {
+            let cap = MaxIsa::get();
+            if cap == MaxIsa::All
+                && let (Some(vnni), Some(v4)) = (V4Vnni::try_new(), V4::try_new())
+            {
                 out.push(Self::Vnni(vnni, v4));
             }
-            if let Some(v4) = V4::try_new() {
+            if let Some(v4) = V4::try_new().filter(|_| cap >= MaxIsa::Avx512) {
                 out.push(Self::V4(v4));
             }
             if let Some(v3) = V3::try_new() {
