@@ -344,7 +344,7 @@ fn embed_quantize_int8_with_minilm() {
     let (out, int8_avx2) = embed_capped("int8", "int8-avx2.npy", Some("avx2"));
     assert_success(&out);
     let (a, b) = (
-        EmbeddingIndex::load(&dir.path().join("int8.npy")).unwrap(),
+        EmbeddingIndex::load(dir.path().join("int8.npy")).unwrap(),
         EmbeddingIndex::load(&int8_avx2).unwrap(),
     );
     for i in 0..a.ids.len() {
