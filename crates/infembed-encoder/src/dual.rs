@@ -240,6 +240,16 @@ pub struct DualEncoder {
     products: Products,
 }
 
+/// Why bf16 products or training are refused on this processor (`needs`: "bf16 ... need(s)"),
+/// ending with `instead`: the one wording of the missing AVX512-BF16.
+fn no_bf16(needs: &str, instead: &str) -> String {
+    format!(
+        "{needs} a processor with AVX512-BF16 (AMD Zen 4 and later, Intel Cooper Lake / \
+         Sapphire Rapids and later); this one has none (its int8 kernels: {}); {instead}",
+        crate::cpu::qgemm::Isa::detect().name(),
+    )
+}
+
 /// What a [`DualEncoder`] reads but never changes.
 #[derive(Debug, Clone)]
 struct EncoderContext {
@@ -388,12 +398,7 @@ impl DualEncoder {
                 None => {
                     return Err(Error::Device {
                         device: "cpu".into(),
-                        problem: format!(
-                            "bf16 products need a processor with AVX512-BF16 (AMD Zen 4 and \
-                             later, Intel Cooper Lake / Sapphire Rapids and later); this one \
-                             has none (its int8 kernels: {}); use --quantize int8 or none",
-                            crate::cpu::qgemm::Isa::detect().name()
-                        ),
+                        problem: no_bf16("bf16 products need", "use --quantize int8 or none"),
                     });
                 }
             },
@@ -447,12 +452,7 @@ impl DualEncoder {
             }
             Precision::Bf16 => {
                 if crate::cpu::qgemm::Isa::bf16().is_none() {
-                    return refuse(format!(
-                        "bf16 training needs a processor with AVX512-BF16 (AMD Zen 4 and later, \
-                         Intel Cooper Lake / Sapphire Rapids and later); this one has none (its \
-                         int8 kernels: {}); train in f32",
-                        crate::cpu::qgemm::Isa::detect().name()
-                    ));
+                    return refuse(no_bf16("bf16 training needs", "train in f32"));
                 }
                 log::info!("bf16 training: the linear layers' products in bf16, sums in f32");
             }

@@ -35,9 +35,9 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     if let Some(dtype) = args.dtype {
         config.dtype = Some(dtype);
     }
-    if args.devices.specs().is_some() || args.dtype.is_some() {
-        config.validate()?;
-    }
+    // again after the overrides (validation is pure: a second pass over a config the file
+    // already validated changes nothing)
+    config.validate()?;
     let on: Vec<String> = config
         .device_specs()
         .iter()
