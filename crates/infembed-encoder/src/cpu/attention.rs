@@ -234,11 +234,27 @@ pub(crate) fn self_attention(
 /// Each of the `scores.len() / n` rows of length `n` becomes `softmax(scale * row)`.
 fn softmax_rows(scores: &mut [f32], n: usize, scale: f32) {
     for row in scores.chunks_exact_mut(n) {
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let max = row_max(row);
         let sum = crate::cpu::elementwise::exp_shifted_in_place(row, scale, max * scale);
         let inv = 1.0 / sum;
         row.iter_mut().for_each(|v| *v *= inv);
     }
+}
+
+/// The largest element of `row` (`-inf` when empty), eight lanes side by side so the compiler
+/// vectorizes it (the maximum does not depend on the order).
+fn row_max(row: &[f32]) -> f32 {
+    let (chunks, rest) = row.as_chunks::<8>();
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    for chunk in chunks {
+        for (m, &v) in lanes.iter_mut().zip(chunk) {
+            *m = m.max(v);
+        }
+    }
+    lanes
+        .into_iter()
+        .chain(rest.iter().copied())
+        .fold(f32::NEG_INFINITY, f32::max)
 }
 
 /// Dropout on the attention probabilities: `(seed, threshold, scale)` and the padded length

@@ -10,6 +10,9 @@
 //!   reads it contiguously from L1;
 //! - the rows of `A` are split into blocks that rayon's threads take in turn; each thread packs its
 //!   block into micro-panels of [`MR`] rows (k-major) that stay in L2;
+//! - both packings transpose eight by eight on AVX registers where the source runs the other
+//!   way (a row-major `A`, a column-major `B` such as attention's `Kᵀ`), instead of moving one
+//!   float at a time;
 //! - a `MR x NR` micro-kernel keeps its 96 accumulators in twelve AVX2 registers and issues two
 //!   fused multiply-adds per loaded `B` vector;
 //! - the epilogue (bias, residual accumulation, exact GELU) is applied while the tile is still in
@@ -51,8 +54,9 @@ pub(crate) fn detect() -> Option<Fast> {
 pub(crate) const MR: usize = 6;
 /// Columns of the micro-kernel's output tile (two AVX vectors of eight lanes).
 pub(crate) const NR: usize = 16;
-/// Depth of one packed block: a `KC x NR` panel of `B` (16 KiB) and a `MR x KC` panel of `A`
-/// (6 KiB) fit together in a 32 KiB L1 cache.
+/// Depth of one packed block: a `KC x NR` panel of `B` is 32 KiB, a `MR x KC` panel of `A`
+/// 12 KiB. (256 and 384 measured the same on MiniLM's products, within the run-to-run spread:
+/// docs/benchmarks.md.)
 const KC: usize = 512;
 /// Most rows of `A` per parallel task (a multiple of [`MR`]).
 const MC_MAX: usize = 96;
@@ -324,6 +328,7 @@ fn pack_b_into(b: MatRef<'_>, parallel: bool, out: &mut [f32]) {
             rest = tail;
         }
     }
+    let simd = detect();
     let fill = |(p0, j0, dst): (usize, usize, &mut [f32])| {
         let width = NR.min(n - j0);
         let kc = dst.len() / NR;
@@ -342,6 +347,17 @@ fn pack_b_into(b: MatRef<'_>, parallel: bool, out: &mut [f32]) {
                 row[..width].copy_from_slice(&b.data[start..start + width]);
             }
         } else if b.rs == 1 {
+            #[cfg(target_arch = "x86_64")]
+            if let (Some(simd), NR) = (simd, width) {
+                simd.vectorize(PackColumns {
+                    simd,
+                    b,
+                    p0,
+                    j0,
+                    dst,
+                });
+                return;
+            }
             for jj in 0..width {
                 let start = (j0 + jj) * b.cs + p0;
                 for (row, &v) in dst.chunks_exact_mut(NR).zip(&b.data[start..start + kc]) {
@@ -392,6 +408,137 @@ fn pack_a_panel(a: MatRef<'_>, r0: usize, height: usize, p0: usize, panel: &mut 
         for (kk, col) in panel.chunks_exact_mut(MR).enumerate() {
             for (r, v) in col[..height].iter_mut().enumerate() {
                 *v = a.at(r0 + r, p0 + kk);
+            }
+        }
+    }
+}
+
+/// [`pack_a_panel`] of a full tile of a row-major `A` (`a.cs == 1`), eight columns at a time
+/// as an 8x8 transpose on AVX registers (the six rows and two of zeros), the rest one by one.
+/// The panel holds the same values.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn pack_a_rows_v3(simd: V3, a: MatRef<'_>, r0: usize, p0: usize, panel: &mut [f32]) {
+    const { assert!(MR == 6, "pack_a_rows_v3 transposes six rows") };
+    let kc = panel.len() / MR;
+    let row = |r: usize| {
+        let start = (r0 + r) * a.rs + p0;
+        &a.data[start..start + kc]
+    };
+    let rows: [&[f32]; MR] = std::array::from_fn(row);
+    let avx = simd.avx;
+    let zero = avx._mm256_setzero_ps();
+    let full = kc / 8 * 8;
+    for kk in (0..full).step_by(8) {
+        let x: [std::arch::x86_64::__m256; MR] = std::array::from_fn(|r| {
+            let v: &[f32; 8] = rows[r][kk..kk + 8].try_into().expect("eight columns");
+            pulp::cast(*v)
+        });
+        // column `k` of the eight: rows 0-5 in lanes 0-5, zeros in lanes 6-7
+        let cols = transpose8_v3(simd, [x[0], x[1], x[2], x[3], x[4], x[5], zero, zero]);
+        let out: &mut [f32; 8 * MR] = (&mut panel[kk * MR..(kk + 8) * MR])
+            .try_into()
+            .expect("eight columns");
+        // each store writes its column's six values and two zeros that the next one overwrites
+        for (k, col) in cols.iter().enumerate().take(7) {
+            let v: [f32; 8] = pulp::cast(*col);
+            out[k * MR..k * MR + 8].copy_from_slice(&v);
+        }
+        let last: [f32; 8] = pulp::cast(cols[7]);
+        out[7 * MR..].copy_from_slice(&last[..MR]);
+    }
+    for (r, src) in rows.iter().enumerate() {
+        for (col, &v) in panel[full * MR..].chunks_exact_mut(MR).zip(&src[full..]) {
+            col[r] = v;
+        }
+    }
+}
+
+/// The transpose of the 8x8 matrix whose rows are `x`: lane `j` of output `k` is lane `k` of
+/// `x[j]`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn transpose8_v3(simd: V3, x: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+    let avx = simd.avx;
+    let t0 = avx._mm256_unpacklo_ps(x[0], x[1]);
+    let t1 = avx._mm256_unpackhi_ps(x[0], x[1]);
+    let t2 = avx._mm256_unpacklo_ps(x[2], x[3]);
+    let t3 = avx._mm256_unpackhi_ps(x[2], x[3]);
+    let t4 = avx._mm256_unpacklo_ps(x[4], x[5]);
+    let t5 = avx._mm256_unpackhi_ps(x[4], x[5]);
+    let t6 = avx._mm256_unpacklo_ps(x[6], x[7]);
+    let t7 = avx._mm256_unpackhi_ps(x[6], x[7]);
+    let s0 = avx._mm256_shuffle_ps::<0x44>(t0, t2);
+    let s1 = avx._mm256_shuffle_ps::<0xEE>(t0, t2);
+    let s2 = avx._mm256_shuffle_ps::<0x44>(t1, t3);
+    let s3 = avx._mm256_shuffle_ps::<0xEE>(t1, t3);
+    let s4 = avx._mm256_shuffle_ps::<0x44>(t4, t6);
+    let s5 = avx._mm256_shuffle_ps::<0xEE>(t4, t6);
+    let s6 = avx._mm256_shuffle_ps::<0x44>(t5, t7);
+    let s7 = avx._mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        avx._mm256_permute2f128_ps::<0x20>(s0, s4),
+        avx._mm256_permute2f128_ps::<0x20>(s1, s5),
+        avx._mm256_permute2f128_ps::<0x20>(s2, s6),
+        avx._mm256_permute2f128_ps::<0x20>(s3, s7),
+        avx._mm256_permute2f128_ps::<0x31>(s0, s4),
+        avx._mm256_permute2f128_ps::<0x31>(s1, s5),
+        avx._mm256_permute2f128_ps::<0x31>(s2, s6),
+        avx._mm256_permute2f128_ps::<0x31>(s3, s7),
+    ]
+}
+
+/// One `kc x NR` panel of a column-major `B` (`b.rs == 1`, all `NR` columns inside `B`):
+/// `dst[kk * NR + jj] = B[p0 + kk][j0 + jj]`, eight by eight columns as 8x8 transposes on AVX
+/// registers, the last `kc % 8` rows one by one. (A named type so `vectorize` inlines it.)
+#[cfg(target_arch = "x86_64")]
+struct PackColumns<'a, 'b> {
+    simd: V3,
+    b: MatRef<'a>,
+    p0: usize,
+    j0: usize,
+    dst: &'b mut [f32],
+}
+
+#[cfg(target_arch = "x86_64")]
+impl pulp::NullaryFnOnce for PackColumns<'_, '_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn call(self) {
+        let Self {
+            simd,
+            b,
+            p0,
+            j0,
+            dst,
+        } = self;
+        let kc = dst.len() / NR;
+        let col = |jj: usize| {
+            let start = (j0 + jj) * b.cs + p0;
+            &b.data[start..start + kc]
+        };
+        let cols: [&[f32]; NR] = std::array::from_fn(col);
+        let full = kc / 8 * 8;
+        for kk in (0..full).step_by(8) {
+            for half in 0..NR / 8 {
+                let x: [std::arch::x86_64::__m256; 8] = std::array::from_fn(|jj| {
+                    let v: &[f32; 8] = cols[half * 8 + jj][kk..kk + 8]
+                        .try_into()
+                        .expect("eight rows");
+                    pulp::cast(*v)
+                });
+                for (k, row) in transpose8_v3(simd, x).into_iter().enumerate() {
+                    let at = (kk + k) * NR + half * 8;
+                    let out: &mut [f32; 8] =
+                        (&mut dst[at..at + 8]).try_into().expect("eight columns");
+                    *out = pulp::cast(row);
+                }
+            }
+        }
+        for (jj, src) in cols.iter().enumerate() {
+            for (row, &v) in dst[full * NR..].chunks_exact_mut(NR).zip(&src[full..]) {
+                row[jj] = v;
             }
         }
     }
@@ -464,7 +611,14 @@ impl BlockTask<'_, '_> {
             // Pack this block's rows of A, k-major per micro-panel, zero rows past the end.
             for (t, panel) in packed_a.chunks_exact_mut(MR * kc).take(tiles).enumerate() {
                 let r0 = i0 + t * MR;
-                pack_a_panel(a, r0, MR.min(i0 + rows - r0), p0, panel);
+                let height = MR.min(i0 + rows - r0);
+                match simd {
+                    #[cfg(target_arch = "x86_64")]
+                    Some(simd) if a.cs == 1 && height == MR => {
+                        pack_a_rows_v3(simd, a, r0, p0, panel);
+                    }
+                    _ => pack_a_panel(a, r0, height, p0, panel),
+                }
             }
             let b_block = &packed_b[p0 * panels * NR..(p0 + kc) * panels * NR];
             for (j, b_panel) in b_block.chunks_exact(kc * NR).enumerate() {
@@ -757,6 +911,42 @@ mod tests {
                     assert_eq!(c[idx], 7.0, "gap element ({i}, {j}) was written");
                 }
             }
+        }
+    }
+
+    /// The AVX packers write exactly what the element-by-element ones write (strided rows and
+    /// columns, offsets into both operands, depths with and without a tail of `kc % 8`).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vectorized_packing_equals_the_scalar_packing() {
+        let Some(simd) = detect() else {
+            eprintln!("no AVX2 + FMA here: the scalar packing is the only one");
+            return;
+        };
+        for (kc, stride, p0) in [(8, 8, 0), (37, 50, 5), (64, 200, 64), (300, 301, 1)] {
+            let data = values(40 * stride, kc as u64);
+            // A: rows r0..r0 + MR of a row-major matrix with row stride `stride`
+            let a = MatRef::new(&data, 40, stride, stride, 1);
+            let (mut want, mut got) = (vec![1f32; MR * kc], vec![2f32; MR * kc]);
+            pack_a_panel(a, 3, MR, p0, &mut want);
+            pack_a_rows_v3(simd, a, 3, p0, &mut got);
+            assert_eq!(got, want, "A panel, kc {kc}, stride {stride}, p0 {p0}");
+            // B: NR columns from j0 of a column-major matrix (columns `stride` apart)
+            let b = MatRef::new(&data, stride, 40, 1, stride);
+            let (mut want, mut got) = (vec![1f32; NR * kc], vec![2f32; NR * kc]);
+            for (kk, row) in want.chunks_exact_mut(NR).enumerate() {
+                for (jj, v) in row.iter_mut().enumerate() {
+                    *v = b.at(p0 + kk, 7 + jj);
+                }
+            }
+            simd.vectorize(PackColumns {
+                simd,
+                b,
+                p0,
+                j0: 7,
+                dst: &mut got,
+            });
+            assert_eq!(got, want, "B panel, kc {kc}, stride {stride}, p0 {p0}");
         }
     }
 
