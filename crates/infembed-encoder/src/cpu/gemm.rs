@@ -331,7 +331,6 @@ fn pack_b_into(b: MatRef<'_>, parallel: bool, out: &mut [f32]) {
     let simd = detect();
     let fill = |(p0, j0, dst): (usize, usize, &mut [f32])| {
         let width = NR.min(n - j0);
-        let kc = dst.len() / NR;
         if width < NR {
             dst.fill(0.0);
         }
@@ -358,12 +357,7 @@ fn pack_b_into(b: MatRef<'_>, parallel: bool, out: &mut [f32]) {
                 });
                 return;
             }
-            for jj in 0..width {
-                let start = (j0 + jj) * b.cs + p0;
-                for (row, &v) in dst.chunks_exact_mut(NR).zip(&b.data[start..start + kc]) {
-                    row[jj] = v;
-                }
-            }
+            pack_columns(b, p0, j0, width, dst);
         } else {
             for (kk, row) in dst.chunks_exact_mut(NR).enumerate() {
                 for (jj, v) in row[..width].iter_mut().enumerate() {
@@ -376,6 +370,19 @@ fn pack_b_into(b: MatRef<'_>, parallel: bool, out: &mut [f32]) {
         chunks.into_par_iter().for_each(fill);
     } else {
         chunks.into_iter().for_each(fill);
+    }
+}
+
+/// Columns `j0 .. j0 + width` of a column-major `B` (`b.rs == 1`), rows `p0 .. p0 + kc`, into
+/// the `kc x NR` panel `dst` (`kc = dst.len() / NR`), one element at a time; the columns past
+/// `width` are left alone.
+fn pack_columns(b: MatRef<'_>, p0: usize, j0: usize, width: usize, dst: &mut [f32]) {
+    let kc = dst.len() / NR;
+    for jj in 0..width {
+        let start = (j0 + jj) * b.cs + p0;
+        for (row, &v) in dst.chunks_exact_mut(NR).zip(&b.data[start..start + kc]) {
+            row[jj] = v;
+        }
     }
 }
 
@@ -447,11 +454,7 @@ fn pack_a_rows_v3(simd: V3, a: MatRef<'_>, r0: usize, p0: usize, panel: &mut [f3
         let last: [f32; 8] = pulp::cast(cols[7]);
         out[7 * MR..].copy_from_slice(&last[..MR]);
     }
-    for (r, src) in rows.iter().enumerate() {
-        for (col, &v) in panel[full * MR..].chunks_exact_mut(MR).zip(&src[full..]) {
-            col[r] = v;
-        }
-    }
+    pack_a_panel(a, r0, MR, p0 + full, &mut panel[full * MR..]);
 }
 
 /// The transpose of the 8x8 matrix whose rows are `x`: lane `j` of output `k` is lane `k` of
@@ -536,11 +539,7 @@ impl pulp::NullaryFnOnce for PackColumns<'_, '_> {
                 }
             }
         }
-        for (jj, src) in cols.iter().enumerate() {
-            for (row, &v) in dst[full * NR..].chunks_exact_mut(NR).zip(&src[full..]) {
-                row[jj] = v;
-            }
-        }
+        pack_columns(b, p0 + full, j0, NR, &mut dst[full * NR..]);
     }
 }
 
