@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use burn::prelude::*;
+use rayon::prelude::*;
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use crate::error::{Error, Result};
@@ -85,12 +86,7 @@ impl TextTokenizer {
     /// sentence-transformers does) and counting the texts that were cut.
     pub fn tokenize(&self, texts: &[&str], max_length: usize) -> Result<TokenBatch> {
         let tok = self.truncating_at(max_length)?;
-        let mut out = TokenBatch {
-            ids: Vec::with_capacity(texts.len()),
-            type_ids: Vec::with_capacity(texts.len()),
-            truncated: 0,
-        };
-        for text in texts {
+        let one = |text: &&str| -> Result<(Vec<u32>, Vec<u32>, bool)> {
             let lowered;
             let text: &str = if self.lower_case {
                 lowered = text.to_lowercase();
@@ -102,14 +98,42 @@ impl TextTokenizer {
                 context: format!("encoding a text of {} bytes", text.len()),
                 source,
             })?;
-            if !enc.get_overflowing().is_empty() {
-                out.truncated += 1;
-            }
-            out.ids.push(enc.get_ids().to_vec());
-            out.type_ids.push(enc.get_type_ids().to_vec());
+            Ok((
+                enc.get_ids().to_vec(),
+                enc.get_type_ids().to_vec(),
+                !enc.get_overflowing().is_empty(),
+            ))
+        };
+        // Each text is tokenized on its own, so the rows are the same however they are split
+        // among threads; large batches (a corpus shard) use all of rayon's threads, which
+        // matters most where the forward pass runs on a GPU and tokenizing is the host's
+        // share of the work.
+        let encoded: Vec<Result<_>> = if texts.len() >= Self::PARALLEL_FROM {
+            texts
+                .par_iter()
+                .with_min_len(Self::PARALLEL_FROM / 4)
+                .map(one)
+                .collect()
+        } else {
+            texts.iter().map(one).collect()
+        };
+        let mut out = TokenBatch {
+            ids: Vec::with_capacity(texts.len()),
+            type_ids: Vec::with_capacity(texts.len()),
+            truncated: 0,
+        };
+        // In input order, so that the error reported is the first text's that failed.
+        for e in encoded {
+            let (ids, type_ids, cut) = e?;
+            out.truncated += usize::from(cut);
+            out.ids.push(ids);
+            out.type_ids.push(type_ids);
         }
         Ok(out)
     }
+
+    /// Batches of at least this many texts are tokenized on rayon's threads.
+    const PARALLEL_FROM: usize = 64;
 
     /// The tokenizer truncating at `max_length`, made once and cached.
     fn truncating_at(&self, max_length: usize) -> Result<Arc<Tokenizer>> {

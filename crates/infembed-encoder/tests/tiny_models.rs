@@ -116,6 +116,58 @@ fn tiny_llama_matches_transformers() {
     check_fixture("tiny-llama");
 }
 
+/// A batch large enough to be tokenized on several threads (a corpus shard) gives every row
+/// transformers' ids in input order, and counts each cut text once.
+#[test]
+fn large_batches_tokenize_as_transformers_in_input_order() {
+    for name in ["tiny-bert", "tiny-modernbert", "tiny-qwen2", "tiny-llama"] {
+        let dir = fixture(name);
+        let exp = read_json(&dir.join("expected.json"));
+        let enc = TextEncoder::from_dir(&dir, &device()).expect("load tiny model");
+        let cases = exp["cases"].as_array().unwrap();
+        let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+        // One text at a time: which of them are cut.
+        let cut: Vec<usize> = texts
+            .iter()
+            .map(|t| {
+                enc.tokenizer
+                    .tokenize(&[t], enc.max_length)
+                    .unwrap()
+                    .truncated
+            })
+            .collect();
+        // 500 texts drawn in a scrambled order (a small LCG), so that a row put at the
+        // wrong position shows.
+        let mut state = 12345u64;
+        let picks: Vec<usize> = (0..500)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (state >> 33) as usize % texts.len()
+            })
+            .collect();
+        let many: Vec<&str> = picks.iter().map(|&i| texts[i]).collect();
+        let batch = enc.tokenizer.tokenize(&many, enc.max_length).unwrap();
+        assert_eq!(batch.ids.len(), many.len());
+        for (k, &i) in picks.iter().enumerate() {
+            assert_eq!(
+                batch.ids[k],
+                u32s(&cases[i]["input_ids"]),
+                "{name}: row {k}"
+            );
+            assert_eq!(
+                batch.type_ids[k].len(),
+                batch.ids[k].len(),
+                "{name}: row {k}"
+            );
+        }
+        let want: usize = picks.iter().map(|&i| cut[i]).sum();
+        assert!(want > 0, "{name}: the long text is among the picks");
+        assert_eq!(batch.truncated, want, "{name}: texts cut");
+    }
+}
+
 /// Qwen2 as the larger checkpoints ship: bf16 weights in two shards listed by
 /// `model.safetensors.index.json`. Cast to f32 on load, it computes what transformers
 /// computes in f32 from the same bf16 weights.
