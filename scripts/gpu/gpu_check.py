@@ -13,12 +13,15 @@ Subcommands (each prints JSON on stdout where it has a result):
     compare A.npy B.npy       max abs difference of two embedding matrices (exit 1 over
                               --threshold); checks FILE.ids.txt orders when both exist
     embed-log FILE            parses `infembed embed`'s "embedded N passages ... in X s"
+    kernel-profile LOG        sums cubecl's profiling log (CUBECL_DEBUG_OPTION=profile) per
+                              kernel: launches, device time, share, the matmul kinds used
     train-log FILE            parses `infembed train`'s "done: N optimizer steps, R rows/s" and
                               its step lines (the rate after --warmup-steps with --rows-per-step)
     torch-train-log FILE      parses scripts/train/bench_torch.py's summary line
     history FILE              dev metrics at the first and last evaluation of history.json
-    patch-config SRC --out DST --output-dir DIR [--max-steps N]
-                              a copy of a training TOML with output_dir (and max_steps) set
+    patch-config SRC --out DST --output-dir DIR [--max-steps N] [--no-dev]
+                              a copy of a training TOML with output_dir (and max_steps) set,
+                              with --no-dev without its dev file (no evaluation)
     stage --name NAME --rc RC --out FILE ...
                               one stage's record (run_on_gpu.sh writes one per stage)
     report --stages DIR --out FILE ...
@@ -380,6 +383,61 @@ def cmd_embed_log(args):
     return 0
 
 
+# cubecl's profiling log (CUBECL_DEBUG_OPTION=profile): one line per timed kernel launch,
+# "| 616.608µs  | SliceAssignKernel_19b3bebf" or "| 2.3ms | MatmulEntry | ... | Family_5a9f".
+PROFILE_LINE_RE = re.compile(r"^\|\s*([0-9.]+)\s*(ns|µs|us|ms|s)\s*\|\s*(.+?)\s*$")
+PROFILE_UNIT_MS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}
+PROFILE_HASH_RE = re.compile(r"_[0-9a-f]{8}$")
+
+
+def profile_kernel_name(label):
+    """A launch's label without its hash; matmuls keep their family and partitioner."""
+    parts = [PROFILE_HASH_RE.sub("", x.strip()) for x in label.split("|")]
+    if parts[0] == "MatmulEntry":
+        family = [x for x in parts if x.endswith("Family") or x.endswith("Partitioner")]
+        return " | ".join(["MatmulEntry"] + family[:3])
+    return " | ".join(x for x in parts if x)
+
+
+def summarize_profile(lines, top=15):
+    groups = {}
+    total = 0.0
+    launches = 0
+    for line in lines:
+        m = PROFILE_LINE_RE.match(line)
+        if not m:
+            continue
+        ms = float(m.group(1)) * PROFILE_UNIT_MS[m.group(2)]
+        name = profile_kernel_name(m.group(3))
+        g = groups.setdefault(name, {"kernel": name, "launches": 0, "total_ms": 0.0})
+        g["launches"] += 1
+        g["total_ms"] += ms
+        total += ms
+        launches += 1
+    ranked = sorted(groups.values(), key=lambda g: -g["total_ms"])
+    for g in ranked:
+        g["share"] = g["total_ms"] / total if total > 0 else None
+        g["mean_us"] = 1e3 * g["total_ms"] / g["launches"]
+    matmuls = [g for g in ranked if g["kernel"].startswith("MatmulEntry")]
+    return {
+        "launches": launches,
+        "kernels": len(groups),
+        "total_ms": total,
+        "mean_launch_us": 1e3 * total / launches if launches else None,
+        "matmul_share": (sum(g["total_ms"] for g in matmuls) / total) if total > 0 else None,
+        "matmul_kinds": [g["kernel"] for g in matmuls],
+        "top": ranked[:top],
+    }
+
+
+def cmd_kernel_profile(args):
+    with open(args.file, encoding="utf-8", errors="replace") as f:
+        out = summarize_profile(f, top=args.top)
+    print(json.dumps(out, indent=1))
+    # no timed launch in the log: profiling was off, or nothing ran on the device
+    return 0 if out["launches"] else 1
+
+
 def cmd_train_log(args):
     text = open(args.file, encoding="utf-8", errors="replace").read()
     out = {"steps": None, "rows_per_s": None}
@@ -463,8 +521,9 @@ def cmd_history(args):
 
 
 def cmd_patch_config(args):
-    """Rewrites the top-level `output_dir` (and `max_steps`) of a TOML file, leaving every other
-    line as it is. Top-level keys are those before the first [table] header."""
+    """Rewrites the top-level `output_dir` (and `max_steps`) of a TOML file, and with --no-dev
+    drops `[data] dev`, leaving every other line as it is. Top-level keys are those before the
+    first [table] header."""
     with open(args.src, encoding="utf-8") as f:
         lines = f.read().splitlines()
     first_table = next((i for i, l in enumerate(lines) if l.lstrip().startswith("[")),
@@ -477,11 +536,24 @@ def cmd_patch_config(args):
     top.append(f"output_dir = {out_dir}  # patched by scripts/gpu/gpu_check.py")
     if args.max_steps is not None:
         top.append(f"max_steps = {args.max_steps}  # patched: a short local test")
+    if args.no_dev:
+        # no dev evaluation at all: drop `dev = ...` from the [data] table
+        table = None
+        kept = []
+        for l in rest:
+            h = re.match(r"\s*\[([^\]]+)\]", l)
+            if h:
+                table = h.group(1).strip()
+            if table == "data" and re.match(r"\s*dev\s*=", l):
+                kept.append("# dev: dropped by scripts/gpu/gpu_check.py (no evaluation)")
+                continue
+            kept.append(l)
+        rest = kept
     text = "\n".join(top + [""] + rest) + "\n"
     with open(args.out, "w", encoding="utf-8") as f:
         f.write(text)
     print(json.dumps({"config": args.out, "output_dir": args.output_dir,
-                      "max_steps": args.max_steps}))
+                      "max_steps": args.max_steps, "dev": not args.no_dev}))
     return 0
 
 
@@ -573,6 +645,20 @@ def _last_rate(rec):
     return runs[-1].get("passages_per_s") if runs else None
 
 
+def _profile_digest(summary):
+    """The headline of a kernel-profile summary: matmul share, launches, the top 5 kernels."""
+    if not isinstance(summary, dict):
+        return None
+    return {
+        "launches": summary.get("launches"),
+        "device_ms": summary.get("total_ms"),
+        "matmul_share": summary.get("matmul_share"),
+        "matmul_kinds": summary.get("matmul_kinds"),
+        "top": [{k: g.get(k) for k in ("kernel", "launches", "share")}
+                for g in (summary.get("top") or [])[:5]],
+    }
+
+
 def cmd_report(args):
     stages = {}
     for name in sorted(os.listdir(args.stages)):
@@ -643,6 +729,9 @@ def cmd_report(args):
             "dev_before": get("train", "dev_before"),
             "dev_after": get("train", "dev_after"),
         },
+        "kernel_profile": {
+            part: _profile_digest(get("profile_kernels", part)) for part in ("embed", "train")
+        },
         "failed_stages": failed,
         "informational_failures": informational,
         "skipped_stages": skipped,
@@ -700,6 +789,10 @@ def main(argv=None):
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--threshold", type=float, default=1e-3)
+    p = sub.add_parser("kernel-profile")
+    p.add_argument("file")
+    p.add_argument("--top", type=int, default=15)
+
     p = sub.add_parser("embed-log")
     p.add_argument("file")
     p.add_argument("--wall", type=float, help="the process's wall seconds")
@@ -717,6 +810,7 @@ def main(argv=None):
     p.add_argument("--out", required=True)
     p.add_argument("--output-dir", required=True)
     p.add_argument("--max-steps", type=int)
+    p.add_argument("--no-dev", action="store_true")
     p = sub.add_parser("stage")
     p.add_argument("--name", required=True)
     p.add_argument("--rc", type=int, default=0)
@@ -742,7 +836,7 @@ def main(argv=None):
 
     args = ap.parse_args(argv)
     fn = {"narrow": cmd_narrow, "widen": cmd_widen, "passages": cmd_passages,
-          "compare": cmd_compare, "embed-log": cmd_embed_log, "train-log": cmd_train_log,
+          "compare": cmd_compare, "kernel-profile": cmd_kernel_profile, "embed-log": cmd_embed_log, "train-log": cmd_train_log,
           "torch-train-log": cmd_torch_train_log,
           "history": cmd_history, "patch-config": cmd_patch_config, "stage": cmd_stage,
           "report": cmd_report, "bundle-manifest": cmd_bundle_manifest}[args.cmd]

@@ -9,7 +9,8 @@
 #                    root; emptied first). Keep it under target/ (git-ignored) so that the
 #                    device tool can carry it.
 #   --no-build       use target/release/infembed as it is (built when it is missing)
-#   --features LIST  cargo features of the build (default: wgpu)
+#   --features LIST  cargo features of the build (default: wgpu; `wgpu,fusion` for burn's
+#                    operation fusion, docs/devices.md)
 #   --no-tree-check  only the bundle counts against 64 MiB (by default the repository's working
 #                    tree, which the device tool sends along with the carried bundle, counts too)
 #   --python PY      a Python with numpy (and, preferably, safetensors) for the float16

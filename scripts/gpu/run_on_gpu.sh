@@ -13,8 +13,11 @@
 #                           its embeddings' difference from the CPU's (informational: its
 #                           failure does not fail the run)
 #   --embed-runs N          timed `infembed embed` runs; the first compiles shaders (default 2)
-#   --only LIST             run only these of parity,torch,throughput,train (comma-separated;
-#                           default all; setup, environment and devices always run)
+#   --only LIST             run only these of parity,torch,throughput,train,profile
+#                           (comma-separated; default all; setup, environment and devices
+#                           always run)
+#   --profile-passages N    profile: passages embedded with cubecl's kernel profiling (1000)
+#   --profile-steps N       profile: training steps with cubecl's kernel profiling (10)
 #   --skip-train            no training stage
 #   --train-max-steps N     stop training after N optimizer steps (a short local test only)
 #   --torch-device D        auto (CUDA when torch sees it, else CPU; default), cuda or cpu
@@ -30,7 +33,7 @@
 # Stages: setup (unpack the binary, widen the f16 weights), environment, devices, parity,
 # torch_parity, throughput_infembed (and throughput_infembed_f16 with --infembed-f16),
 # torch_fp32, torch_fp16 (CUDA only), train, torch_train (PyTorch's training step on the same
-# GPU). A failed stage is recorded in the JSON with its stderr tail and the next one runs; the
+# GPU), profile_kernels (where the device time goes, per kernel; informational). A failed stage is recorded in the JSON with its stderr tail and the next one runs; the
 # exit status is 1 if any stage failed.
 set -uo pipefail # no -e: each stage's failure is recorded, then the next stage runs
 
@@ -42,7 +45,9 @@ PASSAGES=200
 THR_PASSAGES=2000
 EMBED_RUNS=2
 INFEMBED_F16=0
-ONLY="parity,torch,throughput,train"
+ONLY="parity,torch,throughput,train,profile"
+PROFILE_PASSAGES=1000
+PROFILE_STEPS=10
 SKIP_TRAIN=0
 TRAIN_MAX_STEPS=""
 TORCH_DEVICE=auto
@@ -77,6 +82,8 @@ while [ $# -gt 0 ]; do
         --only) need_value "$1" $# && ONLY="$2" && shift 2 ;;
         --infembed-f16) INFEMBED_F16=1 && shift ;;
         --train-max-steps) need_value "$1" $# && TRAIN_MAX_STEPS="$2" && shift 2 ;;
+        --profile-passages) need_value "$1" $# && PROFILE_PASSAGES="$2" && shift 2 ;;
+        --profile-steps) need_value "$1" $# && PROFILE_STEPS="$2" && shift 2 ;;
         --torch-device) need_value "$1" $# && TORCH_DEVICE="$2" && shift 2 ;;
         --torch-backend) need_value "$1" $# && TORCH_BACKEND="$2" && shift 2 ;;
         --torch-batch-size) need_value "$1" $# && TORCH_BATCH="$2" && shift 2 ;;
@@ -99,7 +106,7 @@ esac
 case "$TORCH_DEVICE" in auto | cuda | cpu) ;; *) die "--torch-device: auto, cuda or cpu" ;; esac
 IFS=, read -r -a only_list <<<"$ONLY"
 for g in "${only_list[@]}"; do
-    case "$g" in parity | torch | throughput | train) ;; *) die "--only: parity, torch, throughput, train; not '$g'" ;; esac
+    case "$g" in parity | torch | throughput | train | profile) ;; *) die "--only: parity, torch, throughput, train, profile; not '$g'" ;; esac
 done
 wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 case "$TORCH_BACKEND" in auto | st | torch) ;; *) die "--torch-backend: auto, st or torch" ;; esac
@@ -108,6 +115,8 @@ is_count "$THR_PASSAGES" --throughput-passages
 is_count "$EMBED_RUNS" --embed-runs
 is_count "$TORCH_BATCH" --torch-batch-size
 is_count "$TORCH_RUNS" --torch-runs
+is_count "$PROFILE_PASSAGES" --profile-passages
+is_count "$PROFILE_STEPS" --profile-steps
 [ -z "$TRAIN_MAX_STEPS" ] || is_count "$TRAIN_MAX_STEPS" --train-max-steps
 if [ -n "$LOGS" ] && [[ "$LOGS" != /* ]]; then
     LOGS="$ORIG_PWD/$LOGS"
@@ -451,6 +460,59 @@ stage_torch_train() {
         --json "$WORK/torch-train.json" --out "$out_file"
 }
 
+# ---------------------------------------------------------------------------- profile
+# Where the device's time goes: cubecl times every kernel launch when its profiling logger is on
+# (CUBECL_DEBUG_LOG names the file, CUBECL_DEBUG_OPTION=profile the level; it also logs each
+# shader it compiles). One `embed` of PROFILE_PASSAGES passages and PROFILE_STEPS training
+# steps (no dev evaluation: its encoding would mix in); gpu_check.py kernel-profile sums each
+# log per kernel. Each launch is timed on its own,
+# so the runs are slower than unprofiled ones: the shares are the figure, not the totals.
+# Informational: a failure here does not fail the run.
+stage_profile() {
+    next_stage profile_kernels
+    local rc=0 part args=()
+    if [ "$DEVICE" = cpu ]; then
+        helper stage --name profile_kernels --skipped="the CPU runs no cubecl kernels" --out "$out_file"
+        return
+    fi
+    : >"$WORK/profile.err"
+    helper passages --source "$SOURCE" --n "$PROFILE_PASSAGES" --out "$WORK/profile.jsonl" \
+        >/dev/null 2>>"$WORK/profile.err" || rc=1
+    if [ "$rc" = 0 ]; then
+        rm -f "$WORK/profile-embed.log"
+        CUBECL_DEBUG_LOG="$WORK/profile-embed.log" CUBECL_DEBUG_OPTION=profile \
+            run profile-embed "$INFEMBED" embed --model "$MODEL" --input "$WORK/profile.jsonl" \
+            --output "$WORK/profile.npy" --device "$DEVICE" --restart
+        [ "$RC" = 0 ] || rc=$RC
+        rm -f "$WORK/profile.npy" "$WORK/profile.ids.txt"
+    fi
+    if helper patch-config "$CONFIG" --out "$WORK/profile-train.toml" \
+        --output-dir "$WORK/profile-train-out" --max-steps "$PROFILE_STEPS" --no-dev \
+        >/dev/null 2>>"$WORK/profile.err"; then
+        rm -f "$WORK/profile-train.log"
+        CUBECL_DEBUG_LOG="$WORK/profile-train.log" CUBECL_DEBUG_OPTION=profile \
+            run profile-train "$INFEMBED" train --config "$WORK/profile-train.toml" \
+            --device "$DEVICE" --progress plain
+        [ "$RC" = 0 ] || rc=$RC
+    else
+        rc=1
+    fi
+    for part in embed train; do
+        cat "$WORK/profile-$part.err" >>"$WORK/profile.err" 2>/dev/null
+        if [ -f "$WORK/profile-$part.log" ] &&
+            helper kernel-profile "$WORK/profile-$part.log" >"$WORK/profile-$part.json" \
+                2>>"$WORK/profile.err"; then
+            args+=(--json "$part=$WORK/profile-$part.json")
+        else
+            rc=1
+        fi
+        rm -f "$WORK/profile-$part.log" # shader sources included: large
+    done
+    helper stage --name profile_kernels --rc "$rc" --stderr "$WORK/profile.err" --informational \
+        --set "passages=$PROFILE_PASSAGES" --set "steps=$PROFILE_STEPS" \
+        ${args[@]+"${args[@]}"} --out "$out_file"
+}
+
 # ---------------------------------------------------------------------------- the stages
 if wants parity; then stage_parity; else skip parity "not selected (--only)"; fi
 if wants parity && wants torch; then
@@ -468,11 +530,12 @@ elif wants train; then
 else
     skip train torch_train "not selected (--only)"
 fi
+if wants profile; then stage_profile; else skip profile_kernels "not selected (--only)"; fi
 
 # -------------------------------------------------------------------------------- report
-options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s}' \
+options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s, "profile_passages": %s, "profile_steps": %s}' \
     "$DEVICE" "$PASSAGES" "$THR_PASSAGES" "$EMBED_RUNS" "$([ "$INFEMBED_F16" = 1 ] && echo true || echo false)" "$ONLY" "$([ "$SKIP_TRAIN" = 1 ] && echo true || echo false)" \
-    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD")"
+    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD" "$PROFILE_PASSAGES" "$PROFILE_STEPS")"
 helper report --stages "$STAGES" --out "$OUT" --device "$DEVICE" --options "$options"
 status=$?
 if [ -n "$LOGS" ]; then

@@ -56,6 +56,14 @@ fn devices_lists_the_cpu_and_names_the_features_of_missing_backends() {
             .any(|l| l.starts_with(feature) && l.contains(&format!("`{feature}`")));
         assert_eq!(named, !spec.is_compiled(), "{spec}: {stdout}");
     }
+    // The last line says whether this build fuses operations on GPU devices.
+    let last = stdout.lines().last().unwrap();
+    assert!(last.starts_with("fusion"), "{stdout}");
+    assert_eq!(
+        last.contains("not in this build"),
+        !cfg!(feature = "fusion"),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -67,7 +67,8 @@ pub(crate) fn parse_precision(text: &str) -> std::result::Result<Precision, Stri
         .map_err(|e: infembed::encoder::Error| e.to_string())
 }
 
-/// `infembed devices`: each device this build can open, then the backends it lacks.
+/// `infembed devices`: each device this build can open, the backends it lacks, and whether
+/// burn's operation fusion is compiled in.
 #[derive(Args)]
 pub struct DevicesArgs {}
 
@@ -79,6 +80,14 @@ pub fn run(_args: &DevicesArgs) -> Result<()> {
         println!(
             "{:<10} not in this build (cargo feature `{feature}`)",
             spec.to_string()
+        );
+    }
+    if cfg!(feature = "fusion") {
+        println!("{:<10} burn's operation fusion on GPU devices", "fusion");
+    } else {
+        println!(
+            "{:<10} not in this build (cargo feature `fusion`)",
+            "fusion"
         );
     }
     Ok(())
