@@ -812,6 +812,36 @@ mod tests {
         }
         assert_eq!(chart.svg.matches("<circle").count(), 24);
     }
+
+    #[test]
+    fn the_grid_chart_names_the_zero_shot_line_in_its_caption_not_over_the_rows() {
+        let rows = vec![
+            GridChartRow {
+                label: "low".into(),
+                values: vec![30.0, 31.0, 32.0],
+                paper: None,
+            },
+            GridChartRow {
+                label: "high".into(),
+                values: vec![40.0, 41.0],
+                paper: None,
+            },
+        ];
+        let chart = grid_chart("t", &rows, Some(26.98), None).unwrap();
+        assert!(
+            chart
+                .svg
+                .contains("rings: each seed; dashed: zero-shot 26.98)"),
+            "{}",
+            chart.svg
+        );
+        // Named once, in the caption: no legend box over the rows.
+        assert_eq!(chart.svg.matches("zero-shot").count(), 1);
+        // A ring per seed and a dot per row's mean.
+        assert_eq!(chart.svg.matches("<circle").count(), 5 + 2);
+        let without = grid_chart("t", &rows, None, None).unwrap();
+        assert!(!without.svg.contains("zero-shot"));
+    }
 }
 
 /// One row of [`grid_chart`]: a recipe of an ablation grid.
@@ -918,11 +948,16 @@ fn draw_grid<DB: DrawingBackend>(
     let (lo, hi) = value_range(ours.iter().copied());
     let width = view.label_width + PANEL.0;
     let (left, right) = body.split_horizontally(width);
+    // The zero-shot line is named in the caption rather than in a legend box, which would sit
+    // on the rows whose values reach the right edge.
+    let caption = match view.baseline {
+        Some(b) => format!(
+            "this grid: mean +/- sd over seeds (rings: each seed; dashed: zero-shot {b:.2})"
+        ),
+        None => "this grid: mean +/- sd over seeds (rings: each seed)".to_string(),
+    };
     let mut chart = ChartBuilder::on(&left)
-        .caption(
-            "this grid: mean +/- sd over seeds (rings: each seed)",
-            (FONT, 14),
-        )
+        .caption(caption, (FONT, 14))
         .margin(8)
         .margin_right(24)
         .x_label_area_size(38)
@@ -954,11 +989,7 @@ fn draw_grid<DB: DrawingBackend>(
                     PathElement::new(vec![(b, c[0]), (b, c[1])], PALETTE[1].stroke_width(2))
                 }),
             )
-            .map_err(|e| e.to_string())?
-            .label(format!("zero-shot {b:.2}"))
-            .legend(|(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], PALETTE[1].stroke_width(2))
-            });
+            .map_err(|e| e.to_string())?;
     }
     for (i, row) in view.rows.iter().enumerate() {
         let y = y_of(i);
@@ -983,15 +1014,6 @@ fn draw_grid<DB: DrawingBackend>(
         }
         chart
             .draw_series(std::iter::once(Circle::new((m, y), 5, PALETTE[0].filled())))
-            .map_err(|e| e.to_string())?;
-    }
-    if view.baseline.is_some() {
-        chart
-            .configure_series_labels()
-            .label_font((FONT, 12))
-            .background_style(WHITE.mix(0.8))
-            .border_style(RGBColor(200, 200, 200))
-            .draw()
             .map_err(|e| e.to_string())?;
     }
     if let Some(measure) = view.paper {
