@@ -950,12 +950,11 @@ fn draw_grid<DB: DrawingBackend>(
     let (left, right) = body.split_horizontally(width);
     // The zero-shot line is named in the caption rather than in a legend box, which would sit
     // on the rows whose values reach the right edge.
-    let caption = match view.baseline {
-        Some(b) => format!(
-            "this grid: mean +/- sd over seeds (rings: each seed; dashed: zero-shot {b:.2})"
-        ),
-        None => "this grid: mean +/- sd over seeds (rings: each seed)".to_string(),
-    };
+    let zero_shot = view
+        .baseline
+        .map(|b| format!("; dashed: zero-shot {b:.2}"))
+        .unwrap_or_default();
+    let caption = format!("this grid: mean +/- sd over seeds (rings: each seed{zero_shot})");
     let mut chart = ChartBuilder::on(&left)
         .caption(caption, (FONT, 14))
         .margin(8)

@@ -76,19 +76,16 @@ pub fn run(_args: &DevicesArgs) -> Result<()> {
     for listing in infembed::list_devices() {
         println!("{:<10} {}", listing.spec.to_string(), listing.description);
     }
+    let missing = |name: &str, feature: &str| {
+        println!("{name:<10} not in this build (cargo feature `{feature}`)");
+    };
     for (spec, feature) in infembed::missing_backends() {
-        println!(
-            "{:<10} not in this build (cargo feature `{feature}`)",
-            spec.to_string()
-        );
+        missing(&spec.to_string(), feature);
     }
     if cfg!(feature = "fusion") {
         println!("{:<10} burn's operation fusion on GPU devices", "fusion");
     } else {
-        println!(
-            "{:<10} not in this build (cargo feature `fusion`)",
-            "fusion"
-        );
+        missing("fusion", "fusion");
     }
     Ok(())
 }
