@@ -41,6 +41,7 @@ import json
 import math
 import os
 import re
+import shutil
 import struct
 import sys
 
@@ -188,6 +189,16 @@ def cmd_narrow(args):
 
 def cmd_widen(args):
     path = os.path.join(args.model_dir, "model.safetensors")
+    packed = path + ".xz"  # pack.sh compresses the float16 file when xz is there
+    unpacked = False
+    if not os.path.exists(path) and os.path.exists(packed):
+        import lzma
+        tmp = path + ".tmp"
+        with lzma.open(packed) as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(tmp, path)
+        os.remove(packed)
+        unpacked = True
     header, _ = read_header(path)
     halves = [k for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F16"]
     marker = os.path.join(args.model_dir, F16_MARKER)
@@ -218,6 +229,7 @@ def cmd_widen(args):
     if os.path.exists(marker):
         os.remove(marker)
     summary["bytes"] = os.path.getsize(path)
+    summary["unpacked_xz"] = unpacked
     print(json.dumps(summary))
 
 
@@ -379,6 +391,9 @@ def cmd_embed_log(args):
     if args.wall is not None:
         out["wall_seconds"] = args.wall
         out["passages_per_s_wall"] = int(n) / args.wall if args.wall > 0 else None
+    for item in args.set or []:
+        key, _, value = item.partition("=")
+        out[key] = _value(value)
     print(json.dumps(out))
     return 0
 
@@ -659,6 +674,22 @@ def _profile_digest(summary):
     }
 
 
+def _sweep_digest(rec):
+    """The batch sweep's headline: per batch size, infembed's and the torch baseline's rates."""
+    if not isinstance(rec, dict):
+        return None
+    rows = {}
+    for r in rec.get("infembed") or []:
+        if isinstance(r, dict) and r.get("batch_size") is not None:
+            rows.setdefault(r["batch_size"], {})["infembed"] = r.get("passages_per_s")
+    for r in rec.get("torch_fp32") or []:
+        if isinstance(r, dict) and r.get("batch_size") is not None:
+            row = rows.setdefault(r["batch_size"], {})
+            row["torch_fp32"] = r.get("passages_per_s")
+            row["torch_fp32_forward_only"] = r.get("passages_per_s_forward_only")
+    return [{"batch_size": b, **rows[b]} for b in sorted(rows)] or None
+
+
 def cmd_report(args):
     stages = {}
     for name in sorted(os.listdir(args.stages)):
@@ -729,6 +760,7 @@ def cmd_report(args):
             "dev_before": get("train", "dev_before"),
             "dev_after": get("train", "dev_after"),
         },
+        "batch_sweep_passages_per_s": _sweep_digest(stages.get("batch_sweep")),
         "kernel_profile": {
             part: _profile_digest(get("profile_kernels", part)) for part in ("embed", "train")
         },
@@ -796,6 +828,7 @@ def main(argv=None):
     p = sub.add_parser("embed-log")
     p.add_argument("file")
     p.add_argument("--wall", type=float, help="the process's wall seconds")
+    p.add_argument("--set", action="append", help="KEY=VALUE added to the record (JSON if it parses)")
     p = sub.add_parser("train-log")
     p.add_argument("file")
     p.add_argument("--rows-per-step", type=int, help="rows of one optimizer step (default: read from the log)")

@@ -8,7 +8,9 @@
 #   --out DIR        the bundle folder (default target/gpu-pack; relative to the repository
 #                    root; emptied first). Keep it under target/ (git-ignored) so that the
 #                    device tool can carry it.
-#   --no-build       use target/release/infembed as it is (built when it is missing)
+#   --no-build       use target/release/infembed as it is (built when it is missing);
+#                    $CARGO_TARGET_DIR, when set, replaces target/ (a second build, e.g.
+#                    with fusion, kept in its own folder)
 #   --features LIST  cargo features of the build (default: wgpu; `wgpu,fusion` for burn's
 #                    operation fusion, docs/devices.md)
 #   --no-tree-check  only the bundle counts against 64 MiB (by default the repository's working
@@ -87,7 +89,7 @@ case "$OUT" in
     /*) ;;
     *) OUT="$ROOT/$OUT" ;;
 esac
-BIN="$ROOT/target/release/infembed"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/infembed"
 
 # ---- checks before anything is built or deleted
 [ -f "$MODEL_REL/model.safetensors" ] || die "$MODEL_REL/model.safetensors is missing (cargo xtask fetch-model)"
@@ -156,6 +158,11 @@ mkdir -p "$OUT/$MODEL_REL"
 NARROW_JSON=$("$PY" scripts/gpu/gpu_check.py narrow "$MODEL_REL/model.safetensors" \
     "$OUT/$MODEL_REL/model.safetensors")
 echo "pack.sh: $NARROW_JSON" >&2
+if [ "$COMPRESS" = xz ]; then
+    # float16 weights still shrink by about a tenth (45.4 -> 40.8 MB); run_on_gpu.sh's setup
+    # (gpu_check.py widen) unpacks them with Python's lzma
+    xz -6 -T2 "$OUT/$MODEL_REL/model.safetensors"
+fi
 
 # ---- the training config and the files it names
 copy_rel() { # copy repository-relative files or folders into the bundle

@@ -13,9 +13,12 @@
 #                           its embeddings' difference from the CPU's (informational: its
 #                           failure does not fail the run)
 #   --embed-runs N          timed `infembed embed` runs; the first compiles shaders (default 2)
-#   --only LIST             run only these of parity,torch,throughput,train,profile
+#   --only LIST             run only these of parity,torch,throughput,train,profile,sweep
 #                           (comma-separated; default all; setup, environment and devices
 #                           always run)
+#   --batch-sizes LIST      sweep: one `infembed embed --batch-size N` run of the throughput
+#                           set per N, after a warm-up run at each N (default 32,64,128,256);
+#                           with the torch stage also the torch baseline at each N
 #   --profile-passages N    profile: passages embedded with cubecl's kernel profiling (1000)
 #   --profile-steps N       profile: training steps with cubecl's kernel profiling (10)
 #   --skip-train            no training stage
@@ -33,8 +36,9 @@
 # Stages: setup (unpack the binary, widen the f16 weights), environment, devices, parity,
 # torch_parity, throughput_infembed (and throughput_infembed_f16 with --infembed-f16),
 # torch_fp32, torch_fp16 (CUDA only), train, torch_train (PyTorch's training step on the same
-# GPU), profile_kernels (where the device time goes, per kernel; informational). A failed stage is recorded in the JSON with its stderr tail and the next one runs; the
-# exit status is 1 if any stage failed.
+# GPU), profile_kernels (where the device time goes, per kernel; informational), batch_sweep
+# (encoding rates by batch size; informational). A failed stage is recorded in the JSON with
+# its stderr tail and the next one runs; the exit status is 1 if any stage failed.
 set -uo pipefail # no -e: each stage's failure is recorded, then the next stage runs
 
 ORIG_PWD="$PWD"
@@ -45,7 +49,8 @@ PASSAGES=200
 THR_PASSAGES=2000
 EMBED_RUNS=2
 INFEMBED_F16=0
-ONLY="parity,torch,throughput,train,profile"
+ONLY="parity,torch,throughput,train,profile,sweep"
+BATCH_SIZES="32,64,128,256"
 PROFILE_PASSAGES=1000
 PROFILE_STEPS=10
 SKIP_TRAIN=0
@@ -84,6 +89,7 @@ while [ $# -gt 0 ]; do
         --train-max-steps) need_value "$1" $# && TRAIN_MAX_STEPS="$2" && shift 2 ;;
         --profile-passages) need_value "$1" $# && PROFILE_PASSAGES="$2" && shift 2 ;;
         --profile-steps) need_value "$1" $# && PROFILE_STEPS="$2" && shift 2 ;;
+        --batch-sizes) need_value "$1" $# && BATCH_SIZES="$2" && shift 2 ;;
         --torch-device) need_value "$1" $# && TORCH_DEVICE="$2" && shift 2 ;;
         --torch-backend) need_value "$1" $# && TORCH_BACKEND="$2" && shift 2 ;;
         --torch-batch-size) need_value "$1" $# && TORCH_BATCH="$2" && shift 2 ;;
@@ -106,8 +112,11 @@ esac
 case "$TORCH_DEVICE" in auto | cuda | cpu) ;; *) die "--torch-device: auto, cuda or cpu" ;; esac
 IFS=, read -r -a only_list <<<"$ONLY"
 for g in "${only_list[@]}"; do
-    case "$g" in parity | torch | throughput | train | profile) ;; *) die "--only: parity, torch, throughput, train, profile; not '$g'" ;; esac
+    case "$g" in parity | torch | throughput | train | profile | sweep) ;; *) die "--only: parity, torch, throughput, train, profile, sweep; not '$g'" ;; esac
 done
+IFS=, read -r -a batch_sizes <<<"$BATCH_SIZES"
+[ "${#batch_sizes[@]}" -gt 0 ] || die "--batch-sizes needs at least one size"
+for b in "${batch_sizes[@]}"; do is_count "$b" --batch-sizes; done
 wants() { [[ ",$ONLY," == *",$1,"* ]]; }
 case "$TORCH_BACKEND" in auto | st | torch) ;; *) die "--torch-backend: auto, st or torch" ;; esac
 is_count "$PASSAGES" --passages
@@ -513,6 +522,47 @@ stage_profile() {
         ${args[@]+"${args[@]}"} --out "$out_file"
 }
 
+# ---------------------------------------------------------------------------- batch sweep
+# Encoding rate by batch size: on a GPU each forward pass costs a few hundred kernel launches
+# whatever its size, so larger batches spread them over more texts. For each N one warm-up
+# run (new shapes compile new kernels) and one timed run of `infembed embed --batch-size N`,
+# and with the torch stage the torch baseline at the same N (it times after a warm-up batch).
+# Informational: a failure here does not fail the run.
+stage_sweep() {
+    next_stage batch_sweep
+    local rc="$input_rc" n args=()
+    : >"$WORK/sweep.err"
+    cat "$WORK/throughput-input.err" >>"$WORK/sweep.err"
+    if [ "$rc" = 0 ]; then
+        for n in "${batch_sizes[@]}"; do
+            run "sweep-warm-$n" "$INFEMBED" embed --model "$MODEL" --input "$WORK/throughput.jsonl" \
+                --output "$WORK/sweep.npy" --device "$DEVICE" --batch-size "$n" --restart --quiet
+            [ "$RC" = 0 ] || rc=$RC
+            run "sweep-$n" "$INFEMBED" embed --model "$MODEL" --input "$WORK/throughput.jsonl" \
+                --output "$WORK/sweep.npy" --device "$DEVICE" --batch-size "$n" --restart --quiet
+            [ "$RC" = 0 ] || rc=$RC
+            cat "$WORK/sweep-warm-$n.err" "$WORK/sweep-$n.err" >>"$WORK/sweep.err"
+            helper embed-log "$WORK/sweep-$n.err" --wall "$SECS" --set "batch_size=$n" \
+                >"$WORK/sweep-$n.json"
+            args+=(--append "infembed=$WORK/sweep-$n.json")
+            rm -f "$WORK/sweep.npy" "$WORK/sweep.ids.txt"
+            if wants torch; then
+                run "sweep-torch-$n" "$PY" scripts/gpu/torch_encode.py --model "$MODEL" \
+                    --input "$WORK/throughput.jsonl" --device "$TORCH_DEVICE" \
+                    --backend "$TORCH_BACKEND" --dtype fp32 --batch-size "$n" --runs "$TORCH_RUNS"
+                [ "$RC" = 0 ] || rc=$RC
+                cat "$WORK/sweep-torch-$n.err" >>"$WORK/sweep.err"
+                if [ -s "$WORK/sweep-torch-$n.out" ]; then
+                    args+=(--append "torch_fp32=$WORK/sweep-torch-$n.out")
+                fi
+            fi
+        done
+    fi
+    helper stage --name batch_sweep --rc "$rc" --stderr "$WORK/sweep.err" --informational \
+        --set "passages=$THR_PASSAGES" --set "device=\"$DEVICE\"" \
+        ${args[@]+"${args[@]}"} --out "$out_file"
+}
+
 # ---------------------------------------------------------------------------- the stages
 if wants parity; then stage_parity; else skip parity "not selected (--only)"; fi
 if wants parity && wants torch; then
@@ -531,11 +581,12 @@ else
     skip train torch_train "not selected (--only)"
 fi
 if wants profile; then stage_profile; else skip profile_kernels "not selected (--only)"; fi
+if wants sweep; then stage_sweep; else skip batch_sweep "not selected (--only)"; fi
 
 # -------------------------------------------------------------------------------- report
-options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s, "profile_passages": %s, "profile_steps": %s}' \
+options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s, "profile_passages": %s, "profile_steps": %s, "batch_sizes": [%s]}' \
     "$DEVICE" "$PASSAGES" "$THR_PASSAGES" "$EMBED_RUNS" "$([ "$INFEMBED_F16" = 1 ] && echo true || echo false)" "$ONLY" "$([ "$SKIP_TRAIN" = 1 ] && echo true || echo false)" \
-    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD" "$PROFILE_PASSAGES" "$PROFILE_STEPS")"
+    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD" "$PROFILE_PASSAGES" "$PROFILE_STEPS" "$BATCH_SIZES")"
 helper report --stages "$STAGES" --out "$OUT" --device "$DEVICE" --options "$options"
 status=$?
 if [ -n "$LOGS" ]; then

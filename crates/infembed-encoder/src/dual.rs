@@ -413,6 +413,14 @@ impl DualEncoder {
         Ok(())
     }
 
+    /// Encodes `batch_size` texts per forward pass from now on (0 counts as 1) when
+    /// encoding many texts, and records it in [`config`](Self::config)
+    /// (`encode_batch_size`). The results do not depend on it beyond rounding: texts are
+    /// sorted by length and each is padded only to the longest of its batch.
+    pub fn set_encode_batch_size(&mut self, batch_size: usize) {
+        Arc::make_mut(&mut self.context).config.encode_batch_size = batch_size.max(1);
+    }
+
     /// Trains the towers' linear layers in `precision` from now on: with `bf16`, mixed
     /// precision on a CPU with AVX512-BF16 (the forward product and both backward products,
     /// `dx = g Wᵀ` and `dW = xᵀ g`, take their operands rounded to bf16 and sum in `f32`; the

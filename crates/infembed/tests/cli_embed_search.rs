@@ -865,3 +865,53 @@ fn eval_names_the_model_from_its_info_file_and_files_results_like_mteb() {
         .arg(&model));
     assert_user_error(&out, &["infembed_model.json"]);
 }
+
+/// `embed --batch-size N` changes how many texts share a forward pass, not what they embed
+/// to: sorted by length, each text is padded only to the longest of its batch and masked
+/// past its end, so one text per pass, an odd size and one pass for all agree to rounding
+/// with the default (32). `--batch-size 0` is a one-line usage error.
+#[test]
+fn embed_batch_size_changes_passes_not_embeddings() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.jsonl");
+    let mut text = String::new();
+    for i in 0..70 {
+        let body: Vec<String> = (0..(i * 5 % 23 + 1))
+            .map(|j| format!("w{}", (i * 17 + j * 3) % 89))
+            .collect();
+        text.push_str(&format!(
+            "{{\"id\": \"p{i}\", \"text\": \"{}\"}}\n",
+            body.join(" ")
+        ));
+    }
+    std::fs::write(&corpus, text).unwrap();
+    let embed = |output: &Path, batch: Option<&str>| {
+        let mut cmd = bin();
+        cmd.args(["embed", "--quiet", "--model"])
+            .arg(tiny_bert())
+            .arg("--input")
+            .arg(&corpus)
+            .arg("--output")
+            .arg(output);
+        if let Some(b) = batch {
+            cmd.args(["--batch-size", b]);
+        }
+        run(&mut cmd)
+    };
+    let default = dir.path().join("default.safetensors");
+    assert_success(&embed(&default, None));
+    let want = EmbeddingIndex::load(&default).unwrap();
+    for batch in ["1", "7", "70", "500"] {
+        let path = dir.path().join(format!("b{batch}.safetensors"));
+        assert_success(&embed(&path, Some(batch)));
+        let got = EmbeddingIndex::load(&path).unwrap();
+        assert_eq!(got.ids, want.ids, "--batch-size {batch}");
+        let diff = max_abs_diff(&got.embeddings(), &want.embeddings());
+        assert!(diff <= 1e-5, "--batch-size {batch}: {diff}");
+    }
+    let out = embed(&dir.path().join("zero.safetensors"), Some("0"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("--batch-size"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -20,12 +20,28 @@ pub struct DeviceArgs {
     /// (docs/int8.md).
     #[arg(long, value_parser = parse_quantization)]
     pub quantize: Option<Quantization>,
+    /// Texts per forward pass when encoding (overrides the encoder config's
+    /// `encode_batch_size`, 32 by default). A GPU device gains from larger batches (fewer
+    /// kernel launches per text; docs/devices.md); the CPU does not.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: Option<u32>,
 }
 
 impl DeviceArgs {
     /// Opens the device with its float type.
     pub fn open(&self) -> Result<Device> {
         Ok(self.device.device_with(self.dtype)?)
+    }
+
+    /// Applies `--quantize` and `--batch-size` to a loaded encoder.
+    pub fn apply(&self, encoder: &mut infembed::encoder::DualEncoder) -> Result<()> {
+        if let Some(q) = self.quantize {
+            encoder.set_quantization(q)?;
+        }
+        if let Some(n) = self.batch_size {
+            encoder.set_encode_batch_size(n as usize);
+        }
+        Ok(())
     }
 }
 

@@ -57,11 +57,12 @@ pub fn run(args: &MineArgs) -> Result<()> {
     let (encoder, train, lenient) = match &args.config {
         Some(path) => {
             let config = infembed::train::TrainConfig::from_file(path)?;
-            let encoder = infembed::load_encoder(
+            let mut encoder = infembed::load_encoder(
                 &config.model,
                 Some(config.encoder.clone()),
                 &args.device.open()?,
             )?;
+            args.device.apply(&mut encoder)?;
             (encoder, config.data.train.clone(), config.data.lenient)
         }
         None => {

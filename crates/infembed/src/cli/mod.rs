@@ -101,9 +101,7 @@ fn load_encoder(
         None => None,
     };
     let mut encoder = infembed::load_encoder(model, config, &device.open()?)?;
-    if let Some(q) = device.quantize {
-        encoder.set_quantization(q)?;
-    }
+    device.apply(&mut encoder)?;
     Ok(encoder)
 }
 
