@@ -56,14 +56,17 @@ fn devices_lists_the_cpu_and_names_the_features_of_missing_backends() {
             .any(|l| l.starts_with(feature) && l.contains(&format!("`{feature}`")));
         assert_eq!(named, !spec.is_compiled(), "{spec}: {stdout}");
     }
-    // The last line says whether this build fuses operations on GPU devices.
-    let last = stdout.lines().last().unwrap();
-    assert!(last.starts_with("fusion"), "{stdout}");
-    assert_eq!(
-        last.contains("not in this build"),
-        !cfg!(feature = "fusion"),
-        "{stdout}"
-    );
+    // The last two lines say whether this build fuses operations and autotunes kernels on GPU
+    // devices.
+    let lines: Vec<&str> = stdout.lines().collect();
+    let tail = &lines[lines.len() - 2..];
+    for (line, name, compiled) in [
+        (tail[0], "fusion", cfg!(feature = "fusion")),
+        (tail[1], "autotune", cfg!(feature = "autotune")),
+    ] {
+        assert!(line.starts_with(name), "{stdout}");
+        assert_eq!(line.contains("not in this build"), !compiled, "{stdout}");
+    }
 }
 
 #[test]

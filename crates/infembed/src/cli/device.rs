@@ -84,7 +84,7 @@ pub(crate) fn parse_precision(text: &str) -> std::result::Result<Precision, Stri
 }
 
 /// `infembed devices`: each device this build can open, the backends it lacks, and whether
-/// burn's operation fusion is compiled in.
+/// burn's operation fusion and kernel autotuning are compiled in.
 #[derive(Args)]
 pub struct DevicesArgs {}
 
@@ -98,10 +98,24 @@ pub fn run(_args: &DevicesArgs) -> Result<()> {
     for (spec, feature) in infembed::missing_backends() {
         missing(&spec.to_string(), feature);
     }
-    if cfg!(feature = "fusion") {
-        println!("{:<10} burn's operation fusion on GPU devices", "fusion");
-    } else {
-        missing("fusion", "fusion");
+    let options = [
+        (
+            "fusion",
+            cfg!(feature = "fusion"),
+            "burn's operation fusion on GPU devices",
+        ),
+        (
+            "autotune",
+            cfg!(feature = "autotune"),
+            "burn's kernel autotuning on GPU devices (choices cached on disk)",
+        ),
+    ];
+    for (name, compiled, what) in options {
+        if compiled {
+            println!("{name:<10} {what}");
+        } else {
+            missing(name, name);
+        }
     }
     Ok(())
 }
