@@ -391,9 +391,7 @@ def cmd_embed_log(args):
     if args.wall is not None:
         out["wall_seconds"] = args.wall
         out["passages_per_s_wall"] = int(n) / args.wall if args.wall > 0 else None
-    for item in args.set or []:
-        key, _, value = item.partition("=")
-        out[key] = _value(value)
+    _apply_sets(out, args.set)
     print(json.dumps(out))
     return 0
 
@@ -583,6 +581,13 @@ def _value(text):
         return text
 
 
+def _apply_sets(record, items):
+    """`--set KEY=VALUE` options into `record` (the value as JSON when it parses)."""
+    for kv in items or []:
+        k, v = kv.split("=", 1)
+        record[k] = _value(v)
+
+
 def _tail(path, lines):
     if not path or not os.path.exists(path):
         return None
@@ -635,9 +640,7 @@ def cmd_stage(args):
             except ValueError:
                 item = None
         rec.setdefault(k, []).append(item)
-    for kv in args.set or []:
-        k, v = kv.split("=", 1)
-        rec[k] = _value(v)
+    _apply_sets(rec, args.set)
     for kv in args.text or []:
         k, path = kv.split("=", 1)
         rec[k] = open(path, encoding="utf-8", errors="replace").read().rstrip("\n") \
@@ -795,9 +798,7 @@ def cmd_bundle_manifest(args):
     files.sort(key=lambda x: x["path"])
     out = {"created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "files": files, "total_bytes": sum(x["bytes"] for x in files)}
-    for kv in args.set or []:
-        k, v = kv.split("=", 1)
-        out[k] = _value(v)
+    _apply_sets(out, args.set)
     with open(os.path.join(args.dir, "bundle.json"), "w", encoding="utf-8") as f:
         json.dump(out, f, indent=2)
         f.write("\n")

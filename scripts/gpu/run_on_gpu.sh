@@ -530,18 +530,17 @@ stage_profile() {
 # Informational: a failure here does not fail the run.
 stage_sweep() {
     next_stage batch_sweep
-    local rc="$input_rc" n args=()
+    local rc="$input_rc" n tag args=()
     : >"$WORK/sweep.err"
     cat "$WORK/throughput-input.err" >>"$WORK/sweep.err"
     if [ "$rc" = 0 ]; then
         for n in "${batch_sizes[@]}"; do
-            run "sweep-warm-$n" "$INFEMBED" embed --model "$MODEL" --input "$WORK/throughput.jsonl" \
-                --output "$WORK/sweep.npy" --device "$DEVICE" --batch-size "$n" --restart --quiet
-            [ "$RC" = 0 ] || rc=$RC
-            run "sweep-$n" "$INFEMBED" embed --model "$MODEL" --input "$WORK/throughput.jsonl" \
-                --output "$WORK/sweep.npy" --device "$DEVICE" --batch-size "$n" --restart --quiet
-            [ "$RC" = 0 ] || rc=$RC
-            cat "$WORK/sweep-warm-$n.err" "$WORK/sweep-$n.err" >>"$WORK/sweep.err"
+            for tag in "warm-$n" "$n"; do # the warm-up, then the timed run (its SECS below)
+                run "sweep-$tag" "$INFEMBED" embed --model "$MODEL" --input "$WORK/throughput.jsonl" \
+                    --output "$WORK/sweep.npy" --device "$DEVICE" --batch-size "$n" --restart --quiet
+                [ "$RC" = 0 ] || rc=$RC
+                cat "$WORK/sweep-$tag.err" >>"$WORK/sweep.err"
+            done
             helper embed-log "$WORK/sweep-$n.err" --wall "$SECS" --set "batch_size=$n" \
                 >"$WORK/sweep-$n.json"
             args+=(--append "infembed=$WORK/sweep-$n.json")

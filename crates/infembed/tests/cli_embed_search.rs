@@ -388,6 +388,25 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Writes `n` passages `{"id": "p{i}", "text": "w.. w.."}` to `path`: passage `i` has
+/// `words(i)` words, its `j`-th the word `w{word(i, j)}`.
+fn write_word_corpus(
+    path: &Path,
+    n: usize,
+    words: impl Fn(usize) -> usize,
+    word: impl Fn(usize, usize) -> usize,
+) {
+    let mut text = String::new();
+    for i in 0..n {
+        let body: Vec<String> = (0..words(i)).map(|j| format!("w{}", word(i, j))).collect();
+        text.push_str(&format!(
+            "{{\"id\": \"p{i}\", \"text\": \"{}\"}}\n",
+            body.join(" ")
+        ));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
 fn shard_files(parts: &Path) -> usize {
     std::fs::read_dir(parts).map_or(0, |entries| {
         entries
@@ -401,18 +420,12 @@ fn shard_files(parts: &Path) -> usize {
 fn embed_killed_with_sigkill_resumes_to_the_same_file() {
     let dir = tempfile::tempdir().unwrap();
     let corpus = dir.path().join("corpus.jsonl");
-    let mut text = String::new();
-    for i in 0..6000 {
-        let words = (i * 7) % 40 + 5;
-        let body: Vec<String> = (0..words)
-            .map(|j| format!("w{}", (i + j * 13) % 997))
-            .collect();
-        text.push_str(&format!(
-            "{{\"id\": \"p{i}\", \"text\": \"{}\"}}\n",
-            body.join(" ")
-        ));
-    }
-    std::fs::write(&corpus, text).unwrap();
+    write_word_corpus(
+        &corpus,
+        6000,
+        |i| (i * 7) % 40 + 5,
+        |i, j| (i + j * 13) % 997,
+    );
     let embed = |output: &Path| {
         let mut cmd = bin();
         cmd.args(["embed", "--model"])
@@ -483,17 +496,7 @@ fn embed_tiny(input: &Path, output: &Path, dtype: &str) {
 fn f16_index_and_a_file_of_queries_match_single_searches() {
     let dir = tempfile::tempdir().unwrap();
     let corpus = dir.path().join("corpus.jsonl");
-    let mut text = String::new();
-    for i in 0..300 {
-        let body: Vec<String> = (0..(i % 9 + 3))
-            .map(|j| format!("w{}", (i * 31 + j * 7) % 97))
-            .collect();
-        text.push_str(&format!(
-            "{{\"id\": \"p{i}\", \"text\": \"{}\"}}\n",
-            body.join(" ")
-        ));
-    }
-    std::fs::write(&corpus, text).unwrap();
+    write_word_corpus(&corpus, 300, |i| i % 9 + 3, |i, j| (i * 31 + j * 7) % 97);
     let embed = |output: &Path, dtype: &str| embed_tiny(&corpus, output, dtype);
     let full = dir.path().join("f32.safetensors");
     let half = dir.path().join("f16.safetensors");
@@ -874,17 +877,12 @@ fn eval_names_the_model_from_its_info_file_and_files_results_like_mteb() {
 fn embed_batch_size_changes_passes_not_embeddings() {
     let dir = tempfile::tempdir().unwrap();
     let corpus = dir.path().join("corpus.jsonl");
-    let mut text = String::new();
-    for i in 0..70 {
-        let body: Vec<String> = (0..(i * 5 % 23 + 1))
-            .map(|j| format!("w{}", (i * 17 + j * 3) % 89))
-            .collect();
-        text.push_str(&format!(
-            "{{\"id\": \"p{i}\", \"text\": \"{}\"}}\n",
-            body.join(" ")
-        ));
-    }
-    std::fs::write(&corpus, text).unwrap();
+    write_word_corpus(
+        &corpus,
+        70,
+        |i| i * 5 % 23 + 1,
+        |i, j| (i * 17 + j * 3) % 89,
+    );
     let embed = |output: &Path, batch: Option<&str>| {
         let mut cmd = bin();
         cmd.args(["embed", "--quiet", "--model"])
