@@ -682,9 +682,10 @@ def _sweep_digest(rec):
     if not isinstance(rec, dict):
         return None
     rows = {}
-    for r in rec.get("infembed") or []:
-        if isinstance(r, dict) and r.get("batch_size") is not None:
-            rows.setdefault(r["batch_size"], {})["infembed"] = r.get("passages_per_s")
+    for key in ("infembed", "infembed_f16"):
+        for r in rec.get(key) or []:
+            if isinstance(r, dict) and r.get("batch_size") is not None:
+                rows.setdefault(r["batch_size"], {})[key] = r.get("passages_per_s")
     for r in rec.get("torch_fp32") or []:
         if isinstance(r, dict) and r.get("batch_size") is not None:
             row = rows.setdefault(r["batch_size"], {})
@@ -765,7 +766,9 @@ def cmd_report(args):
         },
         "batch_sweep_passages_per_s": _sweep_digest(stages.get("batch_sweep")),
         "kernel_profile": {
-            part: _profile_digest(get("profile_kernels", part)) for part in ("embed", "train")
+            part: _profile_digest(get("profile_kernels", part))
+            for part in ("embed", "train", "embed_f16")
+            if get("profile_kernels", part) is not None
         },
         "failed_stages": failed,
         "informational_failures": informational,

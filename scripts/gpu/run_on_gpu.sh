@@ -11,7 +11,8 @@
 #   --throughput-passages N throughput: passages per timed run (default 2000)
 #   --infembed-f16          also time `infembed embed --dtype f16` on the device and record
 #                           its embeddings' difference from the CPU's (informational: its
-#                           failure does not fail the run)
+#                           failure does not fail the run); the profile and sweep stages then
+#                           cover f16 too
 #   --embed-runs N          timed `infembed embed` runs; the first compiles shaders (default 2)
 #   --only LIST             run only these of parity,torch,throughput,train,profile,sweep
 #                           (comma-separated; default all; setup, environment and devices
@@ -487,13 +488,22 @@ stage_profile() {
     : >"$WORK/profile.err"
     helper passages --source "$SOURCE" --n "$PROFILE_PASSAGES" --out "$WORK/profile.jsonl" \
         >/dev/null 2>>"$WORK/profile.err" || rc=1
+    local dtype parts=(embed train)
+    [ "$INFEMBED_F16" = 1 ] && parts+=(embed_f16)
     if [ "$rc" = 0 ]; then
-        rm -f "$WORK/profile-embed.log"
-        CUBECL_DEBUG_LOG="$WORK/profile-embed.log" CUBECL_DEBUG_OPTION=profile \
-            run profile-embed "$INFEMBED" embed --model "$MODEL" --input "$WORK/profile.jsonl" \
-            --output "$WORK/profile.npy" --device "$DEVICE" --restart
-        [ "$RC" = 0 ] || rc=$RC
-        rm -f "$WORK/profile.npy" "$WORK/profile.ids.txt"
+        for part in "${parts[@]}"; do
+            case "$part" in
+                embed) dtype=f32 ;;
+                embed_f16) dtype=f16 ;;
+                *) continue ;;
+            esac
+            rm -f "$WORK/profile-$part.log"
+            CUBECL_DEBUG_LOG="$WORK/profile-$part.log" CUBECL_DEBUG_OPTION=profile \
+                run "profile-$part" "$INFEMBED" embed --model "$MODEL" --input "$WORK/profile.jsonl" \
+                --output "$WORK/profile.npy" --device "$DEVICE" --dtype "$dtype" --restart
+            [ "$RC" = 0 ] || rc=$RC
+            rm -f "$WORK/profile.npy" "$WORK/profile.ids.txt"
+        done
     fi
     if helper patch-config "$CONFIG" --out "$WORK/profile-train.toml" \
         --output-dir "$WORK/profile-train-out" --max-steps "$PROFILE_STEPS" --no-dev \
@@ -506,7 +516,7 @@ stage_profile() {
     else
         rc=1
     fi
-    for part in embed train; do
+    for part in "${parts[@]}"; do
         cat "$WORK/profile-$part.err" >>"$WORK/profile.err" 2>/dev/null
         if [ -f "$WORK/profile-$part.log" ] &&
             helper kernel-profile "$WORK/profile-$part.log" >"$WORK/profile-$part.json" \
@@ -544,6 +554,18 @@ stage_sweep() {
             helper embed-log "$WORK/sweep-$n.err" --wall "$SECS" --set "batch_size=$n" \
                 >"$WORK/sweep-$n.json"
             args+=(--append "infembed=$WORK/sweep-$n.json")
+            if [ "$INFEMBED_F16" = 1 ]; then # the same in f16: warm-up, then the timed run
+                for tag in "warm-f16-$n" "f16-$n"; do
+                    run "sweep-$tag" "$INFEMBED" embed --model "$MODEL" \
+                        --input "$WORK/throughput.jsonl" --output "$WORK/sweep.npy" \
+                        --device "$DEVICE" --batch-size "$n" --dtype f16 --restart --quiet
+                    [ "$RC" = 0 ] || rc=$RC
+                    cat "$WORK/sweep-$tag.err" >>"$WORK/sweep.err"
+                done
+                helper embed-log "$WORK/sweep-f16-$n.err" --wall "$SECS" --set "batch_size=$n" \
+                    >"$WORK/sweep-f16-$n.json"
+                args+=(--append "infembed_f16=$WORK/sweep-f16-$n.json")
+            fi
             rm -f "$WORK/sweep.npy" "$WORK/sweep.ids.txt"
             if wants torch; then
                 run "sweep-torch-$n" "$PY" scripts/gpu/torch_encode.py --model "$MODEL" \
