@@ -144,6 +144,23 @@ fi
 command -v "$PY" >/dev/null 2>&1 || die "no Python ($PY): the check needs Python 3"
 mkdir -p "$(dirname "$OUT")" || die "cannot create the folder of $OUT"
 
+# Files that pack.sh left to the working tree (from-tree.txt: tracked, unmodified, sent
+# beside the bundle by the device tool): copied from the nearest folder above the bundle
+# that holds them, then checked against their sha256.
+if [ -f from-tree.txt ]; then
+    while read -r _ rel; do
+        [ -n "$rel" ] && [ ! -f "$rel" ] || continue
+        src="" dir="$ROOT"
+        while [ "$dir" != / ] && [ -z "$src" ]; do
+            dir="$(dirname "$dir")"
+            if [ -f "$dir/$rel" ]; then src="$dir/$rel"; fi
+        done
+        [ -n "$src" ] || die "$rel (from-tree.txt) is neither in the bundle nor in a folder above it: carry the bundle inside the repository's working tree, or pack with --no-tree-check"
+        mkdir -p "$(dirname "$rel")" && cp -p "$src" "$rel" || die "cannot copy $src"
+    done <from-tree.txt
+    sha256sum --quiet -c from-tree.txt || die "files copied from the working tree differ from the packed commit's (from-tree.txt)"
+fi
+
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")" || die "mktemp failed"
 STAGES="$WORK/stages"
 mkdir -p "$STAGES"
