@@ -557,32 +557,27 @@ stage_profile() {
 # Informational: a failure here does not fail the run.
 stage_sweep() {
     next_stage batch_sweep
-    local rc="$input_rc" n tag args=()
+    local rc="$input_rc" n tag dtype part key args=() dtypes=(f32)
+    [ "$INFEMBED_F16" = 1 ] && dtypes+=(f16)
     : >"$WORK/sweep.err"
     cat "$WORK/throughput-input.err" >>"$WORK/sweep.err"
     if [ "$rc" = 0 ]; then
         for n in "${batch_sizes[@]}"; do
-            for tag in "warm-$n" "$n"; do # the warm-up, then the timed run (its SECS below)
-                run "sweep-$tag" "$INFEMBED" embed --model "$MODEL" --input "$WORK/throughput.jsonl" \
-                    --output "$WORK/sweep.npy" --device "$DEVICE" --batch-size "$n" --restart --quiet
-                [ "$RC" = 0 ] || rc=$RC
-                cat "$WORK/sweep-$tag.err" >>"$WORK/sweep.err"
-            done
-            helper embed-log "$WORK/sweep-$n.err" --wall "$SECS" --set "batch_size=$n" \
-                >"$WORK/sweep-$n.json"
-            args+=(--append "infembed=$WORK/sweep-$n.json")
-            if [ "$INFEMBED_F16" = 1 ]; then # the same in f16: warm-up, then the timed run
-                for tag in "warm-f16-$n" "f16-$n"; do
+            for dtype in "${dtypes[@]}"; do
+                # f32 keeps the names it had before f16 joined (sweep-N, the `infembed` list)
+                part="$n" key=infembed
+                [ "$dtype" = f32 ] || part="$dtype-$n" key="infembed_$dtype"
+                for tag in "warm-$part" "$part"; do # the warm-up, then the timed run (its SECS)
                     run "sweep-$tag" "$INFEMBED" embed --model "$MODEL" \
                         --input "$WORK/throughput.jsonl" --output "$WORK/sweep.npy" \
-                        --device "$DEVICE" --batch-size "$n" --dtype f16 --restart --quiet
+                        --device "$DEVICE" --batch-size "$n" --dtype "$dtype" --restart --quiet
                     [ "$RC" = 0 ] || rc=$RC
                     cat "$WORK/sweep-$tag.err" >>"$WORK/sweep.err"
                 done
-                helper embed-log "$WORK/sweep-f16-$n.err" --wall "$SECS" --set "batch_size=$n" \
-                    >"$WORK/sweep-f16-$n.json"
-                args+=(--append "infembed_f16=$WORK/sweep-f16-$n.json")
-            fi
+                helper embed-log "$WORK/sweep-$part.err" --wall "$SECS" --set "batch_size=$n" \
+                    >"$WORK/sweep-$part.json"
+                args+=(--append "$key=$WORK/sweep-$part.json")
+            done
             rm -f "$WORK/sweep.npy" "$WORK/sweep.ids.txt"
             if wants torch; then
                 run "sweep-torch-$n" "$PY" scripts/gpu/torch_encode.py --model "$MODEL" \
