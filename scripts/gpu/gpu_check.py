@@ -694,6 +694,15 @@ def _sweep_digest(rec):
     return [{"batch_size": b, **rows[b]} for b in sorted(rows)] or None
 
 
+def _profile_digests(get):
+    """The profile stage's digests: `embed` and `train` always (None when missing), `embed_f16`
+    when that run was made (`--infembed-f16`)."""
+    digests = {part: _profile_digest(get("profile_kernels", part)) for part in ("embed", "train")}
+    if get("profile_kernels", "embed_f16") is not None:
+        digests["embed_f16"] = _profile_digest(get("profile_kernels", "embed_f16"))
+    return digests
+
+
 def cmd_report(args):
     stages = {}
     for name in sorted(os.listdir(args.stages)):
@@ -765,11 +774,7 @@ def cmd_report(args):
             "dev_after": get("train", "dev_after"),
         },
         "batch_sweep_passages_per_s": _sweep_digest(stages.get("batch_sweep")),
-        "kernel_profile": {
-            part: _profile_digest(get("profile_kernels", part))
-            for part in ("embed", "train", "embed_f16")
-            if get("profile_kernels", part) is not None
-        },
+        "kernel_profile": _profile_digests(get),
         "failed_stages": failed,
         "informational_failures": informational,
         "skipped_stages": skipped,

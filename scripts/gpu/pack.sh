@@ -184,28 +184,32 @@ copy_rel() { # copy repository-relative files or folders into the bundle
     local p
     for p in "$@"; do
         [ -e "$p" ] || die "$p is missing"
-        if in_tree "$p"; then
-            sha256sum -- "$p" >>"$FROM_TREE"
-            continue
-        fi
         mkdir -p "$OUT/$(dirname "$p")"
         cp -pR "$p" "$OUT/$(dirname "$p")/"
+    done
+}
+copy_or_name() { # copy_rel, except that files the tree carries are named in from-tree.txt
+    local p
+    for p in "$@"; do
+        if in_tree "$p"; then
+            sha256sum -- "$p" >>"$FROM_TREE"
+        else
+            copy_rel "$p"
+        fi
     done
 }
 # The data files the config names (top-level string values under [data]).
 mapfile -t DATA_FILES < <(sed -n '/^\[data\]/,/^\[/p' "$CONFIG_REL" |
     sed -n 's/^[[:space:]]*[a-z_]*[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p')
 [ "${#DATA_FILES[@]}" -gt 0 ] || die "found no data file in [data] of $CONFIG_REL"
-copy_rel "$CONFIG_REL" "${DATA_FILES[@]}"
+copy_or_name "$CONFIG_REL" "${DATA_FILES[@]}"
 for extra in data/PROVENANCE.md data/inf-ir-sample/README.md; do
-    if [ -e "$extra" ]; then copy_rel "$extra"; fi
+    if [ -e "$extra" ]; then copy_or_name "$extra"; fi
 done
 
 # ---- the scripts (always in the bundle: they are what runs there)
-TREE_CHECK_SAVED=$TREE_CHECK TREE_CHECK=0
 copy_rel scripts/gpu/run_on_gpu.sh scripts/gpu/README.md scripts/train/bench_torch.py
 for f in scripts/gpu/*.py; do copy_rel "$f"; done
-TREE_CHECK=$TREE_CHECK_SAVED
 
 # ---- the Vulkan loader and GLVND's libraries (Debian packages, amd64), for GPU
 # machines whose driver has no loader installed; run_on_gpu.sh unpacks them only when missing

@@ -505,15 +505,12 @@ stage_profile() {
     : >"$WORK/profile.err"
     helper passages --source "$SOURCE" --n "$PROFILE_PASSAGES" --out "$WORK/profile.jsonl" \
         >/dev/null 2>>"$WORK/profile.err" || rc=1
-    local dtype parts=(embed train)
-    [ "$INFEMBED_F16" = 1 ] && parts+=(embed_f16)
+    local part dtype embeds=(embed)
+    [ "$INFEMBED_F16" = 1 ] && embeds+=(embed_f16)
     if [ "$rc" = 0 ]; then
-        for part in "${parts[@]}"; do
-            case "$part" in
-                embed) dtype=f32 ;;
-                embed_f16) dtype=f16 ;;
-                *) continue ;;
-            esac
+        for part in "${embeds[@]}"; do
+            dtype=f32
+            [ "$part" = embed ] || dtype=f16
             rm -f "$WORK/profile-$part.log"
             CUBECL_DEBUG_LOG="$WORK/profile-$part.log" CUBECL_DEBUG_OPTION=profile \
                 run "profile-$part" "$INFEMBED" embed --model "$MODEL" --input "$WORK/profile.jsonl" \
@@ -533,7 +530,7 @@ stage_profile() {
     else
         rc=1
     fi
-    for part in "${parts[@]}"; do
+    for part in "${embeds[@]}" train; do
         cat "$WORK/profile-$part.err" >>"$WORK/profile.err" 2>/dev/null
         if [ -f "$WORK/profile-$part.log" ] &&
             helper kernel-profile "$WORK/profile-$part.log" >"$WORK/profile-$part.json" \
