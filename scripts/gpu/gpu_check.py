@@ -694,6 +694,32 @@ def _sweep_digest(rec):
     return [{"batch_size": b, **rows[b]} for b in sorted(rows)] or None
 
 
+def _probe_digest(probe):
+    """The matmul probe's headline: the device's tensor-core configurations, the tensor-core
+    routines that ran, and per product and precision burn's time and the fastest routine."""
+    if not isinstance(probe, dict):
+        return None
+    rows = [r for r in (probe.get("rows") or []) if isinstance(r, dict)]
+    best = {}
+    ran_mma = set()
+    for r in rows:
+        out = r.get("outcome") or {}
+        if out.get("status") != "ran" or not isinstance(out.get("ms"), (int, float)):
+            continue
+        routine = r.get("routine") or ""
+        if "mma" in routine:
+            ran_mma.add(routine)
+        key = (r.get("case"), r.get("precision"))
+        entry = best.setdefault(key, {"case": key[0], "precision": key[1], "shape": r.get("shape")})
+        if routine == "burn":
+            entry["burn_ms"] = out["ms"]
+        if "best_ms" not in entry or out["ms"] < entry["best_ms"]:
+            entry.update(best_routine=routine, best_ms=out["ms"], best_tflops=out.get("tflops"),
+                         best_rel_err=out.get("rel_err"))
+    return {"cmma_configs": probe.get("cmma_configs"),
+            "tensor_core_routines_ran": sorted(ran_mma), "best": list(best.values())}
+
+
 def _profile_digests(get):
     """The profile stage's digests: `embed` and `train` always (None when missing), `embed_f16`
     when that run was made (`--infembed-f16`)."""
@@ -775,6 +801,7 @@ def cmd_report(args):
         },
         "batch_sweep_passages_per_s": _sweep_digest(stages.get("batch_sweep")),
         "kernel_profile": _profile_digests(get),
+        "matmul_probe": _probe_digest(get("matmul_probe", "probe")),
         "failed_stages": failed,
         "informational_failures": informational,
         "skipped_stages": skipped,

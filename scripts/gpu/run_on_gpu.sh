@@ -14,14 +14,15 @@
 #                           failure does not fail the run); the profile and sweep stages then
 #                           cover f16 too
 #   --embed-runs N          timed `infembed embed` runs; the first compiles shaders (default 2)
-#   --only LIST             run only these of parity,torch,throughput,train,profile,sweep
-#                           (comma-separated; default all; setup, environment and devices
-#                           always run)
+#   --only LIST             run only these of probe,parity,torch,throughput,train,profile,
+#                           sweep (comma-separated; default all; setup, environment and
+#                           devices always run)
 #   --batch-sizes LIST      sweep: one `infembed embed --batch-size N` run of the throughput
 #                           set per N, after a warm-up run at each N (default 32,64,128,256);
 #                           with the torch stage also the torch baseline at each N
 #   --profile-passages N    profile: passages embedded with cubecl's kernel profiling (1000)
 #   --profile-steps N       profile: training steps with cubecl's kernel profiling (10)
+#   --probe-tokens N        probe: token rows of the probed matrix products (default 4096)
 #   --skip-train            no training stage
 #   --train-max-steps N     stop training after N optimizer steps (a short local test only)
 #   --torch-device D        auto (CUDA when torch sees it, else CPU; default), cuda or cpu
@@ -34,7 +35,8 @@
 #   --keep-work             keep the temporary folder (logs, embeddings, trained model)
 #   --logs FILE.tar.gz      also save every stage's logs and records (no embeddings, no model)
 #
-# Stages: setup (unpack the binary, widen the f16 weights), environment, devices, parity,
+# Stages: setup (unpack the binary, widen the f16 weights), environment, devices,
+# matmul_probe (cubek's matrix-product routines timed on the device; informational), parity,
 # torch_parity, throughput_infembed (and throughput_infembed_f16 with --infembed-f16),
 # torch_fp32, torch_fp16 (CUDA only), train, torch_train (PyTorch's training step on the same
 # GPU), profile_kernels (where the device time goes, per kernel; informational), batch_sweep
@@ -50,10 +52,11 @@ PASSAGES=200
 THR_PASSAGES=2000
 EMBED_RUNS=2
 INFEMBED_F16=0
-ONLY="parity,torch,throughput,train,profile,sweep"
+ONLY="probe,parity,torch,throughput,train,profile,sweep"
 BATCH_SIZES="32,64,128,256"
 PROFILE_PASSAGES=1000
 PROFILE_STEPS=10
+PROBE_TOKENS=4096
 SKIP_TRAIN=0
 TRAIN_MAX_STEPS=""
 TORCH_DEVICE=auto
@@ -90,6 +93,7 @@ while [ $# -gt 0 ]; do
         --train-max-steps) need_value "$1" $# && TRAIN_MAX_STEPS="$2" && shift 2 ;;
         --profile-passages) need_value "$1" $# && PROFILE_PASSAGES="$2" && shift 2 ;;
         --profile-steps) need_value "$1" $# && PROFILE_STEPS="$2" && shift 2 ;;
+        --probe-tokens) need_value "$1" $# && PROBE_TOKENS="$2" && shift 2 ;;
         --batch-sizes) need_value "$1" $# && BATCH_SIZES="$2" && shift 2 ;;
         --torch-device) need_value "$1" $# && TORCH_DEVICE="$2" && shift 2 ;;
         --torch-backend) need_value "$1" $# && TORCH_BACKEND="$2" && shift 2 ;;
@@ -113,7 +117,7 @@ esac
 case "$TORCH_DEVICE" in auto | cuda | cpu) ;; *) die "--torch-device: auto, cuda or cpu" ;; esac
 IFS=, read -r -a only_list <<<"$ONLY"
 for g in "${only_list[@]}"; do
-    case "$g" in parity | torch | throughput | train | profile | sweep) ;; *) die "--only: parity, torch, throughput, train, profile, sweep; not '$g'" ;; esac
+    case "$g" in probe | parity | torch | throughput | train | profile | sweep) ;; *) die "--only: probe, parity, torch, throughput, train, profile, sweep; not '$g'" ;; esac
 done
 IFS=, read -r -a batch_sizes <<<"$BATCH_SIZES"
 [ "${#batch_sizes[@]}" -gt 0 ] || die "--batch-sizes needs at least one size"
@@ -127,6 +131,7 @@ is_count "$TORCH_BATCH" --torch-batch-size
 is_count "$TORCH_RUNS" --torch-runs
 is_count "$PROFILE_PASSAGES" --profile-passages
 is_count "$PROFILE_STEPS" --profile-steps
+is_count "$PROBE_TOKENS" --probe-tokens
 [ -z "$TRAIN_MAX_STEPS" ] || is_count "$TRAIN_MAX_STEPS" --train-max-steps
 if [ -n "$LOGS" ] && [[ "$LOGS" != /* ]]; then
     LOGS="$ORIG_PWD/$LOGS"
@@ -308,6 +313,25 @@ run devices "$INFEMBED" devices
 next_stage devices
 helper stage --name devices --rc "$RC" --seconds "$SECS" --stderr "$WORK/devices.err" \
     --stdout "$WORK/devices.out" --text "output=$WORK/devices.out" --out "$out_file"
+
+# ------------------------------------------------------------------------------ matmul probe
+# `infembed devices --probe-matmul`: each of cubek's matrix-product routines timed on the
+# device on all-MiniLM-L6-v2's products (PROBE_TOKENS rows), in f32 and f16, each checked
+# against the host's f64 product, with the tensor-core configurations cubecl registered. It
+# says which routine the encoder's products should take there. Informational.
+stage_probe() {
+    next_stage matmul_probe
+    if [ "$DEVICE" = cpu ]; then
+        helper stage --name matmul_probe --skipped="the CPU runs no cubecl kernels" --out "$out_file"
+        return
+    fi
+    rm -f "$WORK/matmul-probe.json"
+    run matmul-probe "$INFEMBED" devices --probe-matmul "$DEVICE" --tokens "$PROBE_TOKENS" \
+        --json "$WORK/matmul-probe.json"
+    helper stage --name matmul_probe --rc "$RC" --seconds "$SECS" --stderr "$WORK/matmul-probe.err" \
+        --stdout "$WORK/matmul-probe.out" --informational --set "tokens=$PROBE_TOKENS" \
+        --json "probe=$WORK/matmul-probe.json" --out "$out_file"
+}
 
 # --------------------------------------------------------------------------------- parity
 # The same passages on the CPU and on $DEVICE; max abs difference of the embeddings.
@@ -594,6 +618,7 @@ stage_sweep() {
 }
 
 # ---------------------------------------------------------------------------- the stages
+if wants probe; then stage_probe; else skip matmul_probe "not selected (--only)"; fi
 if wants parity; then stage_parity; else skip parity "not selected (--only)"; fi
 if wants parity && wants torch; then
     stage_torch_parity
@@ -614,9 +639,9 @@ if wants profile; then stage_profile; else skip profile_kernels "not selected (-
 if wants sweep; then stage_sweep; else skip batch_sweep "not selected (--only)"; fi
 
 # -------------------------------------------------------------------------------- report
-options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s, "profile_passages": %s, "profile_steps": %s, "batch_sizes": [%s]}' \
+options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s, "profile_passages": %s, "profile_steps": %s, "probe_tokens": %s, "batch_sizes": [%s]}' \
     "$DEVICE" "$PASSAGES" "$THR_PASSAGES" "$EMBED_RUNS" "$([ "$INFEMBED_F16" = 1 ] && echo true || echo false)" "$ONLY" "$([ "$SKIP_TRAIN" = 1 ] && echo true || echo false)" \
-    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD" "$PROFILE_PASSAGES" "$PROFILE_STEPS" "$BATCH_SIZES")"
+    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD" "$PROFILE_PASSAGES" "$PROFILE_STEPS" "$PROBE_TOKENS" "$BATCH_SIZES")"
 helper report --stages "$STAGES" --out "$OUT" --device "$DEVICE" --options "$options"
 status=$?
 if [ -n "$LOGS" ]; then

@@ -52,6 +52,8 @@ pub mod interaction;
 mod models;
 mod ops;
 mod pool;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+mod probe;
 mod save;
 mod tokenize;
 mod weights;
@@ -73,6 +75,11 @@ pub use infembed_data::QueryTemplate;
 pub use interaction::{CrossAttention, CrossAttentionConfig, CrossAttentionKind};
 pub use models::{ArchitectureConfig, Backbone, BackboneInput, bert, decoder, modernbert};
 pub use pool::{Pooling, l2_normalize, l2_normalize3, pool};
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+pub use probe::{
+    MatmulProbe, MatmulTiming, ProbeOutcome, ProbePrecision, ProbeReport, probe_matmuls,
+    routine_names,
+};
 pub use save::{ENCODER_CONFIG_FILE, INTERACTION_FILE, PASSAGE_TOWER_DIR, safetensors_keys};
 pub use tokenize::{TextTokenizer, TokenBatch};
 

@@ -40,6 +40,8 @@ mod batch;
 mod checkpoint;
 mod config;
 mod error;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+mod fused;
 mod negatives;
 mod optim;
 mod plot;

@@ -2,23 +2,73 @@
 //! gradient clipping.
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::optim::{AdamWConfig, GradientsParams, ModuleOptimizer};
-use burn::tensor::Tensor;
+use burn::optim::{
+    AdamW as BurnAdamW, AdamWConfig, AdamWState, GradientsParams, LearningRate, ModuleOptimizer,
+    Optimizer,
+};
+use burn::tensor::{Device, Tensor};
 
 use crate::config::{OptimizerConfig, Schedule};
 
 /// burn-optim's AdamW with the config's betas, epsilon and decoupled weight decay.
 ///
+/// On the cubecl GPU devices (`wgpu`, `vulkan`, `cuda`; not in a `fusion` build) each
+/// parameter tensor's update runs as one kernel with burn-optim's arithmetic instead of its
+/// fourteen or so tensor operations; everywhere else (the CPU) it is burn-optim's AdamW
+/// itself. Either way the state is burn-optim's `AdamWState`, so checkpoints are the same.
+///
 /// Clipping is not delegated to burn-optim: its `GradientClipping::Norm` clips each
 /// parameter tensor on its own, while [`clip_global_norm`] scales all gradients together as
 /// torch's `clip_grad_norm_` (and so sentence-transformers) does.
 pub fn adamw(config: &OptimizerConfig) -> ModuleOptimizer {
-    AdamWConfig::new()
-        .with_beta_1(config.beta1)
-        .with_beta_2(config.beta2)
-        .with_epsilon(config.epsilon)
-        .with_weight_decay(config.weight_decay)
-        .init()
+    ModuleOptimizer::from(AdamW {
+        burn: AdamWConfig::new()
+            .with_beta_1(config.beta1)
+            .with_beta_2(config.beta2)
+            .with_epsilon(config.epsilon)
+            .with_weight_decay(config.weight_decay)
+            .build(),
+        #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+        hyper: crate::fused::AdamWHyper {
+            beta_1: config.beta1,
+            beta_2: config.beta2,
+            epsilon: config.epsilon,
+            weight_decay: config.weight_decay,
+        },
+    })
+}
+
+/// [`adamw`]'s optimizer: burn-optim's AdamW, its update fused into one kernel per tensor on
+/// the cubecl devices.
+#[derive(Clone)]
+struct AdamW {
+    burn: BurnAdamW,
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    hyper: crate::fused::AdamWHyper,
+}
+
+impl Optimizer for AdamW {
+    type State<const D: usize> = AdamWState<D>;
+
+    fn step<const D: usize>(
+        &self,
+        lr: LearningRate,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+        state: Option<Self::State<D>>,
+    ) -> (Tensor<D>, Option<Self::State<D>>) {
+        #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+        if let Some((tensor, state)) =
+            crate::fused::adamw_step(self.hyper, lr, &tensor, &grad, state.as_ref())
+        {
+            return (tensor, Some(state));
+        }
+        self.burn.step(lr, tensor, grad, state)
+    }
+
+    fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
+        BurnAdamW::to_device(state, device)
+    }
 }
 
 /// Warm-up steps for `total` optimizer steps: `warmup_steps`, else `ceil(ratio * total)`.

@@ -280,3 +280,82 @@ fn compare(a: &serde_json::Value, b: &serde_json::Value, at: &str, n: &mut usize
         _ => assert_eq!(a, b, "{at}"),
     }
 }
+
+#[test]
+fn the_matmul_probe_needs_a_gpu_device_and_says_so_in_one_line() {
+    let out = run(bin().args(["devices", "--probe-matmul", "cpu"]));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    let feature = if !DeviceSpec::Wgpu(None).is_compiled() {
+        "`wgpu`"
+    } else if cfg!(feature = "fusion") {
+        "`fusion`"
+    } else {
+        "GPU devices"
+    };
+    assert!(lines[0].contains(feature), "{stderr}");
+    assert!(out.stdout.is_empty(), "no listing is printed");
+}
+
+/// `infembed devices --probe-matmul wgpu`: every routine that runs gives the product that the
+/// host computes in f64 (within its precision's rounding), burn's own and cubek's SIMT routine
+/// run in both precisions, the f16 rows really compute in f16 (their error is that of f16
+/// operands, far above f32's), and a routine the device cannot run is reported as
+/// unavailable, not as a failure.
+#[test]
+fn the_matmul_probe_times_routines_that_agree_with_the_host_product() {
+    if !wgpu_available("the_matmul_probe_times_routines_that_agree_with_the_host_product") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("probe.json");
+    let stdout = ok(&run(bin()
+        .args([
+            "devices",
+            "--probe-matmul",
+            "wgpu",
+            "--tokens",
+            "64",
+            "--repeats",
+            "1",
+        ])
+        .args(["--routines", "burn,auto,simple_unit,simple_cyclic_cmma"])
+        .arg("--json")
+        .arg(&json)));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    // 6 products, 4 routines, 2 precisions
+    assert_eq!(rows.len(), 6 * 4 * 2, "{stdout}");
+    let mut f16_err: f64 = 0.0;
+    for row in rows {
+        let (routine, precision) = (
+            row["routine"].as_str().unwrap(),
+            row["precision"].as_str().unwrap(),
+        );
+        let status = row["outcome"]["status"].as_str().unwrap();
+        let what = format!("{routine} {precision} {}: {row}", row["case"]);
+        if routine == "simple_cyclic_cmma" {
+            assert_ne!(status, "failed", "{what}");
+        } else {
+            assert_eq!(status, "ran", "{what}");
+        }
+        if status != "ran" {
+            continue;
+        }
+        let err = row["outcome"]["rel_err"].as_f64().unwrap();
+        let tolerance = if precision == "f32" { 1e-5 } else { 1e-2 };
+        assert!(err <= tolerance, "{what}");
+        assert!(row["outcome"]["ms"].as_f64().unwrap() > 0.0, "{what}");
+        if precision == "f16" {
+            f16_err = f16_err.max(err);
+        }
+    }
+    assert!(
+        f16_err > 1e-4,
+        "the f16 rows computed in f32 (largest error {f16_err})"
+    );
+    assert!(stdout.contains("simple_unit"), "{stdout}");
+}

@@ -86,9 +86,33 @@ pub(crate) fn parse_precision(text: &str) -> std::result::Result<Precision, Stri
 /// `infembed devices`: each device this build can open, the backends it lacks, and whether
 /// burn's operation fusion and kernel autotuning are compiled in.
 #[derive(Args)]
-pub struct DevicesArgs {}
+pub struct DevicesArgs {
+    /// Instead of the listing, time cubek's matrix-product routines on this GPU device
+    /// (`wgpu`, `vulkan`, `cuda`) on all-MiniLM-L6-v2's products, in f32 and f16, each
+    /// checked against an f64 product on the host (docs/devices.md).
+    #[arg(long, value_parser = parse_device, value_name = "DEVICE")]
+    pub probe_matmul: Option<DeviceSpec>,
+    /// Token rows of the probed products.
+    #[arg(long, default_value_t = 4096, requires = "probe_matmul")]
+    pub tokens: usize,
+    /// Timed launches per routine.
+    #[arg(long, default_value_t = 20, requires = "probe_matmul")]
+    pub repeats: usize,
+    /// Only these routines (comma-separated; `burn` is burn's own matmul).
+    #[arg(long, value_delimiter = ',', requires = "probe_matmul")]
+    pub routines: Vec<String>,
+    /// Only these precisions (comma-separated: f32, f16).
+    #[arg(long, value_delimiter = ',', requires = "probe_matmul")]
+    pub precisions: Vec<String>,
+    /// Also write the probe's rows as JSON to this file.
+    #[arg(long, requires = "probe_matmul")]
+    pub json: Option<std::path::PathBuf>,
+}
 
-pub fn run(_args: &DevicesArgs) -> Result<()> {
+pub fn run(args: &DevicesArgs) -> Result<()> {
+    if let Some(spec) = args.probe_matmul {
+        return probe(args, spec);
+    }
     for listing in infembed::list_devices() {
         println!("{:<10} {}", listing.spec.to_string(), listing.description);
     }
@@ -118,4 +142,92 @@ pub fn run(_args: &DevicesArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+fn probe(args: &DevicesArgs, spec: DeviceSpec) -> Result<()> {
+    use anyhow::Context;
+    use infembed::encoder::{MatmulProbe, ProbeOutcome, probe_matmuls};
+
+    if spec == DeviceSpec::Cpu {
+        anyhow::bail!(
+            "--probe-matmul cpu: the matmul probe runs on GPU devices (wgpu, vulkan, cuda)"
+        );
+    }
+    let device = spec.device()?;
+    let mut probe = MatmulProbe::default();
+    probe.tokens = args.tokens;
+    probe.repeats = args.repeats;
+    probe.routines = args.routines.clone();
+    probe.precisions = args
+        .precisions
+        .iter()
+        .map(|p| p.parse())
+        .collect::<std::result::Result<_, _>>()?;
+    let report = probe_matmuls(&device, &probe)?;
+    if report.cmma_configs.is_empty() {
+        println!("{spec}: no cooperative-matrix (tensor-core) configurations");
+    } else {
+        println!(
+            "{spec}: cooperative-matrix configurations: {}",
+            report.cmma_configs.join("; ")
+        );
+    }
+    println!(
+        "{:<12} {:<22} {:<9} {:<32} {:>9} {:>8} {:>9}",
+        "product", "[B, M, K, N]", "precision", "routine", "ms", "TFLOP/s", "rel err"
+    );
+    for r in &report.rows {
+        let shape = format!("{:?}", r.shape);
+        let head = format!(
+            "{:<12} {:<22} {:<9} {:<32}",
+            r.case,
+            shape,
+            r.precision.name(),
+            r.routine
+        );
+        match &r.outcome {
+            ProbeOutcome::Ran {
+                ms,
+                tflops,
+                rel_err,
+            } => println!("{head} {ms:>9.4} {tflops:>8.2} {rel_err:>9.1e}"),
+            ProbeOutcome::Unavailable { reason } => {
+                println!("{head} unavailable: {}", first_line(reason))
+            }
+            ProbeOutcome::Failed { reason } => println!("{head} failed: {}", first_line(reason)),
+            _ => println!("{head} ?"),
+        }
+    }
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&serde_json::json!({
+            "device": spec.to_string(),
+            "tokens": args.tokens,
+            "repeats": args.repeats,
+            "cmma_configs": report.cmma_configs,
+            "rows": report.rows,
+        }))?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("");
+    line.chars().take(120).collect()
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn probe(_args: &DevicesArgs, spec: DeviceSpec) -> Result<()> {
+    anyhow::bail!(
+        "--probe-matmul {spec}: this build has no GPU backend: rebuild with the cargo feature `wgpu` (or `cuda`)"
+    )
+}
+
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), feature = "fusion"))]
+fn probe(_args: &DevicesArgs, spec: DeviceSpec) -> Result<()> {
+    anyhow::bail!(
+        "--probe-matmul {spec}: this build has `fusion`, whose tensors are fusion handles, not cubecl ones: build without the `fusion` feature to probe"
+    )
 }

@@ -1,0 +1,249 @@
+//! AdamW's update of one parameter tensor as one GPU kernel.
+//!
+//! burn-optim's AdamW spells the update out in tensor operations: about fourteen kernel launches
+//! per parameter tensor (the two moments, their bias corrections, the square root, the decay,
+//! the step), each reading and writing the whole tensor. all-MiniLM-L6-v2 has 101 parameter
+//! tensors, so on a GPU a step's update alone was some 1,400 launches of the 6,163 the H100's
+//! profile counted (docs/devices.md, "Where a GPU step goes"); PyTorch's AdamW runs fused or
+//! multi-tensor kernels there. Here the same arithmetic, in the same order, runs as one
+//! kernel per tensor on the cubecl devices (`wgpu`, `vulkan`, `cuda`), reading the parameter,
+//! its gradient and both moments once and writing the three results. The state it returns is
+//! burn's own [`AdamWState`], so checkpoints are those of burn's AdamW, and every other device
+//! (the CPU above all: the quickstart's figures are unchanged) runs burn's AdamW itself.
+
+use burn::backend::Cube;
+use burn::optim::{AdamWState, AdaptiveMomentumState};
+use burn::tensor::{DType, Tensor};
+use cubecl::prelude::BufferArg;
+use cubecl::{CubeCount, CubeDim, calculate_cube_count_elemwise};
+
+use kernel::adamw_kernel;
+
+mod kernel {
+    use cubecl::prelude::*;
+
+    /// One element of AdamW's update (burn-optim's order of operations): the moments
+    /// `m = m b1 + g (1 - b1)`, `v = v b2 + g^2 (1 - b2)` (without the old moments on the first
+    /// step), then `p (1 - lr wd) - lr (m / c1) / (sqrt(v / c2) + eps)`.
+    #[allow(clippy::too_many_arguments)]
+    #[cube(launch)]
+    pub(super) fn adamw_kernel(
+        param: &[f32],
+        grad: &[f32],
+        moment_1: &[f32],
+        moment_2: &[f32],
+        param_out: &mut [f32],
+        moment_1_out: &mut [f32],
+        moment_2_out: &mut [f32],
+        beta_1: f32,
+        one_minus_beta_1: f32,
+        beta_2: f32,
+        one_minus_beta_2: f32,
+        correction_1: f32,
+        correction_2: f32,
+        epsilon: f32,
+        decay: f32,
+        lr: f32,
+        first: u32,
+    ) {
+        let i = ABSOLUTE_POS;
+        if i < param_out.len() {
+            let g = grad[i];
+            let mut m = g * one_minus_beta_1;
+            let mut v = (g * g) * one_minus_beta_2;
+            if first == 0 {
+                m += moment_1[i] * beta_1; // IEEE addition commutes: burn-optim's m b1 + g (1 - b1)
+                v += moment_2[i] * beta_2;
+            }
+            moment_1_out[i] = m;
+            moment_2_out[i] = v;
+            let delta = (m / correction_1) / (f32::sqrt(v / correction_2) + epsilon);
+            param_out[i] = param[i] * decay - delta * lr;
+        }
+    }
+}
+
+/// AdamW's hyper-parameters, as burn-optim's `AdamWConfig` holds them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AdamWHyper {
+    pub(crate) beta_1: f32,
+    pub(crate) beta_2: f32,
+    pub(crate) epsilon: f32,
+    pub(crate) weight_decay: f32,
+}
+
+/// A contiguous f32 cubecl tensor's buffer as a kernel argument, or `None`.
+#[allow(unsafe_code)]
+fn buffer(t: &Tensor<1>) -> Option<BufferArg> {
+    let p = t.clone().try_into_primitive::<Cube>().ok()?;
+    let len = p.meta.shape().num_elements();
+    // the binding starts at the tensor's first element; a contiguous tensor's elements follow
+    // it (the buffer may be longer: allocations are rounded up)
+    if p.dtype != DType::F32 || !p.is_contiguous() || (p.handle.size() as usize) < 4 * len {
+        return None;
+    }
+    // SAFETY: the length is the tensor's element count, which its buffer holds in order from
+    // the binding's start (contiguous, checked above).
+    Some(unsafe { BufferArg::from_raw_parts(p.handle, len) })
+}
+
+/// burn-optim's AdamW step of one parameter tensor as one kernel, when `tensor`, `grad` and the
+/// state are contiguous f32 tensors of a cubecl device (else `None`, and nothing was launched).
+pub(crate) fn adamw_step<const D: usize>(
+    hyper: AdamWHyper,
+    lr: f64,
+    tensor: &Tensor<D>,
+    grad: &Tensor<D>,
+    state: Option<&AdamWState<D>>,
+) -> Option<(Tensor<D>, AdamWState<D>)> {
+    if state.is_some_and(|s| s.momentum.max_moment_2.is_some()) {
+        return None; // AMSGrad: not this kernel's arithmetic
+    }
+    let shape = tensor.shape();
+    let n = shape.num_elements();
+    let device = tensor.device();
+    let flat = |t: &Tensor<D>| t.clone().reshape([n]);
+    let (p, g) = (flat(tensor), flat(grad));
+    let (m, v, time) = match state {
+        Some(s) => (
+            flat(&s.momentum.moment_1),
+            flat(&s.momentum.moment_2),
+            s.momentum.time + 1,
+        ),
+        None => (g.clone(), g.clone(), 1),
+    };
+    let (p_in, g_in, m_in, v_in) = (buffer(&p)?, buffer(&g)?, buffer(&m)?, buffer(&v)?);
+    let outputs: [Tensor<1>; 3] =
+        std::array::from_fn(|_| Tensor::<1>::empty([n], (&device, DType::F32)));
+    let [p_out, m_out, v_out] = outputs.each_ref().map(buffer);
+    let (p_out, m_out, v_out) = (p_out?, m_out?, v_out?);
+
+    // the scalars as burn-optim computes them (f32 bias corrections; lr and decay in f64,
+    // converted to the tensors' f32 by `mul_scalar`)
+    let t = time as i32;
+    let decay_rate = lr * f64::from(hyper.weight_decay);
+
+    let client = p.clone().try_into_primitive::<Cube>().ok()?.client;
+    let cube_dim = CubeDim::new(&client, n);
+    let cube_count: CubeCount = calculate_cube_count_elemwise(&client, n, cube_dim);
+    adamw_kernel::launch(
+        &client,
+        cube_count,
+        cube_dim,
+        p_in,
+        g_in,
+        m_in,
+        v_in,
+        p_out,
+        m_out,
+        v_out,
+        hyper.beta_1,
+        1.0 - hyper.beta_1,
+        hyper.beta_2,
+        1.0 - hyper.beta_2,
+        1f32 - hyper.beta_1.powi(t),
+        1f32 - hyper.beta_2.powi(t),
+        hyper.epsilon,
+        (1.0 - decay_rate) as f32,
+        lr as f32,
+        u32::from(state.is_none()),
+    );
+    let [p_new, m_new, v_new] = outputs.map(|t| t.reshape::<D, _>(shape.clone()));
+    Some((
+        p_new,
+        AdamWState::new(AdaptiveMomentumState::new(time, m_new, v_new)),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::optim::{AdamWConfig, Optimizer};
+    use burn::tensor::{Device, TensorData};
+    use infembed_encoder::DeviceSpec;
+    use rand::{Rng, SeedableRng};
+
+    fn values(t: &Tensor<2>) -> Vec<f32> {
+        t.clone().into_data().convert::<f32>().try_to_vec().unwrap()
+    }
+
+    fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+        let scale = a
+            .iter()
+            .fold(0f32, |m, x| m.max(x.abs()))
+            .max(f32::MIN_POSITIVE);
+        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+    }
+
+    /// Four steps of the fused update on wgpu (Mesa's software driver in CI) against
+    /// burn-optim's AdamW on the CPU, from the same parameters and gradients: parameters and
+    /// both moments agree to float rounding, the step count too; the CPU's tensors are left to
+    /// burn-optim (no kernel for them).
+    #[test]
+    fn fused_adamw_steps_equal_burn_optims_adamw_on_the_cpu() {
+        let gpu = match DeviceSpec::Wgpu(None).device() {
+            Ok(d) => d,
+            Err(e) => {
+                return infembed_testkit::wgpu_missing(
+                    "fused_adamw_steps_equal_burn_optims_adamw_on_the_cpu",
+                    &e,
+                )
+                .unwrap_or(());
+            }
+        };
+        let cpu = Device::flex();
+        let hyper = AdamWHyper {
+            beta_1: 0.9,
+            beta_2: 0.999,
+            epsilon: 1e-6,
+            weight_decay: 0.01,
+        };
+        let burn = AdamWConfig::new()
+            .with_beta_1(hyper.beta_1)
+            .with_beta_2(hyper.beta_2)
+            .with_epsilon(hyper.epsilon)
+            .with_weight_decay(hyper.weight_decay)
+            .build();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let shape = [7, 33];
+        let mut random = |scale: f32| -> Vec<f32> {
+            (0..7 * 33)
+                .map(|_| rng.random_range(-scale..scale))
+                .collect()
+        };
+        let on =
+            |v: &[f32], d: &Device| Tensor::<2>::from_data(TensorData::new(v.to_vec(), shape), d);
+        let start = random(0.1);
+        let (mut p_cpu, mut p_gpu) = (on(&start, &cpu), on(&start, &gpu));
+        let (mut s_cpu, mut s_gpu) = (None, None);
+        assert!(
+            adamw_step(hyper, 1e-3, &p_cpu, &p_cpu, None).is_none(),
+            "the CPU runs burn-optim's AdamW"
+        );
+        for step in 0..4 {
+            // gradients of mixed scales, one of them tiny (Adam divides by their root mean square)
+            let scale = [1.0, 1e-3, 0.3, 1e-6][step];
+            let g = random(scale);
+            let lr = 1e-3 * (step + 1) as f64;
+            let (p, s) = burn.step(lr, p_cpu, on(&g, &cpu), s_cpu);
+            let (q, t) = adamw_step(hyper, lr, &p_gpu, &on(&g, &gpu), s_gpu.as_ref())
+                .expect("a wgpu f32 tensor takes the fused kernel");
+            let s = s.unwrap();
+            assert_eq!(s.momentum.time, t.momentum.time);
+            for (what, a, b) in [
+                ("parameters", &p, &q),
+                ("first moment", &s.momentum.moment_1, &t.momentum.moment_1),
+                ("second moment", &s.momentum.moment_2, &t.momentum.moment_2),
+            ] {
+                let diff = max_rel_diff(&values(a), &values(b));
+                assert!(
+                    diff < 1e-5,
+                    "step {step}, {what}: relative difference {diff}"
+                );
+            }
+            (p_cpu, s_cpu, p_gpu, s_gpu) = (p, Some(s), q, Some(t));
+        }
+        // the parameters moved: the comparison above was not of two unchanged tensors
+        assert!(max_rel_diff(&start, &values(&p_cpu)) > 1e-3);
+    }
+}
