@@ -696,7 +696,8 @@ def _sweep_digest(rec):
 
 def _probe_digest(probe):
     """The matmul probe's headline: the device's tensor-core configurations, the tensor-core
-    routines that ran, and per product and precision burn's time and the fastest routine."""
+    routines that ran, and per product and precision burn's time and the fastest routine whose
+    result agreed with the host's (routines that ran but did not are listed as `inexact`)."""
     if not isinstance(probe, dict):
         return None
     rows = [r for r in (probe.get("rows") or []) if isinstance(r, dict)]
@@ -705,6 +706,15 @@ def _probe_digest(probe):
     for r in rows:
         out = r.get("outcome") or {}
         if out.get("status") != "ran" or not isinstance(out.get("ms"), (int, float)):
+            continue
+        # a fast wrong answer is not a candidate: the precision's rounding, no more
+        limit = 1e-4 if r.get("precision") == "f32" else 1e-2
+        err = out.get("rel_err")
+        if not isinstance(err, (int, float)) or err > limit:
+            entry = best.setdefault((r.get("case"), r.get("precision")),
+                                    {"case": r.get("case"), "precision": r.get("precision"),
+                                     "shape": r.get("shape")})
+            entry.setdefault("inexact", []).append(r.get("routine"))
             continue
         routine = r.get("routine") or ""
         if "mma" in routine:

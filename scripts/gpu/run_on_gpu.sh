@@ -23,6 +23,7 @@
 #   --profile-passages N    profile: passages embedded with cubecl's kernel profiling (1000)
 #   --profile-steps N       profile: training steps with cubecl's kernel profiling (10)
 #   --probe-tokens N        probe: token rows of the probed matrix products (default 4096)
+#   --probe-seconds N       probe: stopped after N seconds (default 240; its JSON is then lost)
 #   --skip-train            no training stage
 #   --train-max-steps N     stop training after N optimizer steps (a short local test only)
 #   --torch-device D        auto (CUDA when torch sees it, else CPU; default), cuda or cpu
@@ -57,6 +58,7 @@ BATCH_SIZES="32,64,128,256"
 PROFILE_PASSAGES=1000
 PROFILE_STEPS=10
 PROBE_TOKENS=4096
+PROBE_SECONDS=240
 SKIP_TRAIN=0
 TRAIN_MAX_STEPS=""
 TORCH_DEVICE=auto
@@ -94,6 +96,7 @@ while [ $# -gt 0 ]; do
         --profile-passages) need_value "$1" $# && PROFILE_PASSAGES="$2" && shift 2 ;;
         --profile-steps) need_value "$1" $# && PROFILE_STEPS="$2" && shift 2 ;;
         --probe-tokens) need_value "$1" $# && PROBE_TOKENS="$2" && shift 2 ;;
+        --probe-seconds) need_value "$1" $# && PROBE_SECONDS="$2" && shift 2 ;;
         --batch-sizes) need_value "$1" $# && BATCH_SIZES="$2" && shift 2 ;;
         --torch-device) need_value "$1" $# && TORCH_DEVICE="$2" && shift 2 ;;
         --torch-backend) need_value "$1" $# && TORCH_BACKEND="$2" && shift 2 ;;
@@ -132,6 +135,7 @@ is_count "$TORCH_RUNS" --torch-runs
 is_count "$PROFILE_PASSAGES" --profile-passages
 is_count "$PROFILE_STEPS" --profile-steps
 is_count "$PROBE_TOKENS" --probe-tokens
+is_count "$PROBE_SECONDS" --probe-seconds
 [ -z "$TRAIN_MAX_STEPS" ] || is_count "$TRAIN_MAX_STEPS" --train-max-steps
 if [ -n "$LOGS" ] && [[ "$LOGS" != /* ]]; then
     LOGS="$ORIG_PWD/$LOGS"
@@ -326,8 +330,11 @@ stage_probe() {
         return
     fi
     rm -f "$WORK/matmul-probe.json"
-    run matmul-probe "$INFEMBED" devices --probe-matmul "$DEVICE" --tokens "$PROBE_TOKENS" \
-        --json "$WORK/matmul-probe.json"
+    # at most PROBE_SECONDS: the stages after it must keep their time on a rented machine
+    local limit=()
+    command -v timeout >/dev/null && limit=(timeout "$PROBE_SECONDS")
+    run matmul-probe ${limit[@]+"${limit[@]}"} "$INFEMBED" devices --probe-matmul "$DEVICE" \
+        --tokens "$PROBE_TOKENS" --json "$WORK/matmul-probe.json"
     helper stage --name matmul_probe --rc "$RC" --seconds "$SECS" --stderr "$WORK/matmul-probe.err" \
         --stdout "$WORK/matmul-probe.out" --informational --set "tokens=$PROBE_TOKENS" \
         --json "probe=$WORK/matmul-probe.json" --out "$out_file"
@@ -639,9 +646,9 @@ if wants profile; then stage_profile; else skip profile_kernels "not selected (-
 if wants sweep; then stage_sweep; else skip batch_sweep "not selected (--only)"; fi
 
 # -------------------------------------------------------------------------------- report
-options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s, "profile_passages": %s, "profile_steps": %s, "probe_tokens": %s, "batch_sizes": [%s]}' \
+options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s, "profile_passages": %s, "profile_steps": %s, "probe_tokens": %s, "probe_seconds": %s, "batch_sizes": [%s]}' \
     "$DEVICE" "$PASSAGES" "$THR_PASSAGES" "$EMBED_RUNS" "$([ "$INFEMBED_F16" = 1 ] && echo true || echo false)" "$ONLY" "$([ "$SKIP_TRAIN" = 1 ] && echo true || echo false)" \
-    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD" "$PROFILE_PASSAGES" "$PROFILE_STEPS" "$PROBE_TOKENS" "$BATCH_SIZES")"
+    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD" "$PROFILE_PASSAGES" "$PROFILE_STEPS" "$PROBE_TOKENS" "$PROBE_SECONDS" "$BATCH_SIZES")"
 helper report --stages "$STAGES" --out "$OUT" --device "$DEVICE" --options "$options"
 status=$?
 if [ -n "$LOGS" ]; then

@@ -531,8 +531,24 @@ fn launch_routine(
 ///
 /// # Errors
 /// [`Error::Device`] when `device` is not a cubecl device; [`Error::InvalidConfig`] for a
-/// routine name it does not know.
+/// routine name it does not know or a size of 0.
 pub fn probe_matmuls(device: &Device, probe: &MatmulProbe) -> Result<ProbeReport> {
+    for (field, value) in [
+        ("tokens", probe.tokens),
+        ("hidden", probe.hidden),
+        ("intermediate", probe.intermediate),
+        ("heads", probe.heads),
+        ("seq", probe.seq),
+        ("repeats", probe.repeats),
+    ] {
+        if value == 0 {
+            return Err(Error::InvalidConfig {
+                path: "<MatmulProbe>".into(),
+                field: field.to_string(),
+                problem: "must be at least 1".to_string(),
+            });
+        }
+    }
     let known = routine_names();
     if let Some(bad) = probe.routines.iter().find(|r| !known.contains(r)) {
         return Err(Error::InvalidConfig {

@@ -45,9 +45,12 @@ mod kernel {
         decay: f32,
         lr: f32,
         first: u32,
+        len: usize,
     ) {
+        // `len`, not the buffers' lengths: cubecl sizes a buffer argument from its allocation,
+        // which may be rounded up past the tensor's elements
         let i = ABSOLUTE_POS;
-        if i < param_out.len() {
+        if i < len {
             let g = grad[i];
             let mut m = g * one_minus_beta_1;
             let mut v = (g * g) * one_minus_beta_2;
@@ -79,7 +82,11 @@ fn buffer(t: &Tensor<1>) -> Option<BufferArg> {
     let len = p.meta.shape().num_elements();
     // the binding starts at the tensor's first element; a contiguous tensor's elements follow
     // it (the buffer may be longer: allocations are rounded up)
-    if p.dtype != DType::F32 || !p.is_contiguous() || (p.handle.size() as usize) < 4 * len {
+    if p.dtype != DType::F32
+        || p.meta.is_tiled()
+        || !p.is_contiguous()
+        || (p.handle.size_in_used() as usize) < 4 * len
+    {
         return None;
     }
     // SAFETY: the length is the tensor's element count, which its buffer holds in order from
@@ -88,7 +95,9 @@ fn buffer(t: &Tensor<1>) -> Option<BufferArg> {
 }
 
 /// burn-optim's AdamW step of one parameter tensor as one kernel, when `tensor`, `grad` and the
-/// state are contiguous f32 tensors of a cubecl device (else `None`, and nothing was launched).
+/// state are contiguous f32 tensors of a cubecl device (else `None`, and the update was not
+/// made; flattening a non-contiguous input may have copied it). Not for AMSGrad or cautious
+/// weight decay, which [`AdamWHyper`] cannot express.
 pub(crate) fn adamw_step<const D: usize>(
     hyper: AdamWHyper,
     lr: f64,
@@ -147,6 +156,7 @@ pub(crate) fn adamw_step<const D: usize>(
         (1.0 - decay_rate) as f32,
         lr as f32,
         u32::from(state.is_none()),
+        n,
     );
     let [p_new, m_new, v_new] = outputs.map(|t| t.reshape::<D, _>(shape.clone()));
     Some((

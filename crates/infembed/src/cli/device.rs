@@ -93,11 +93,13 @@ pub struct DevicesArgs {
     #[arg(long, value_parser = parse_device, value_name = "DEVICE")]
     pub probe_matmul: Option<DeviceSpec>,
     /// Token rows of the probed products.
-    #[arg(long, default_value_t = 4096, requires = "probe_matmul")]
-    pub tokens: usize,
+    #[arg(long, default_value_t = 4096, requires = "probe_matmul",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub tokens: u32,
     /// Timed launches per routine.
-    #[arg(long, default_value_t = 20, requires = "probe_matmul")]
-    pub repeats: usize,
+    #[arg(long, default_value_t = 20, requires = "probe_matmul",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeats: u32,
     /// Only these routines (comma-separated; `burn` is burn's own matmul).
     #[arg(long, value_delimiter = ',', requires = "probe_matmul")]
     pub routines: Vec<String>,
@@ -156,8 +158,8 @@ fn probe(args: &DevicesArgs, spec: DeviceSpec) -> Result<()> {
     }
     let device = spec.device()?;
     let mut probe = MatmulProbe::default();
-    probe.tokens = args.tokens;
-    probe.repeats = args.repeats;
+    probe.tokens = args.tokens as usize;
+    probe.repeats = args.repeats as usize;
     probe.routines = args.routines.clone();
     probe.precisions = args
         .precisions
