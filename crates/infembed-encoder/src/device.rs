@@ -191,7 +191,8 @@ fn guarded<T>(
     }
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+/// The message of a caught panic (its `&str` or `String` payload).
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = panic.downcast_ref::<String>() {

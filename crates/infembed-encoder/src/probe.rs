@@ -38,6 +38,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use crate::device::panic_message;
 use crate::error::{Error, Result};
 
 /// The shapes and repetitions of a probe. The defaults are all-MiniLM-L6-v2's products on
@@ -98,6 +99,28 @@ impl ProbePrecision {
             Self::F32 => "f32",
             Self::F16 => "f16",
         }
+    }
+
+    /// The operands' and the output's type.
+    fn dtype(self) -> DType {
+        match self {
+            Self::F32 => DType::F32,
+            Self::F16 => DType::F16,
+        }
+    }
+
+    /// The element types cubek computes in: the operands' and output's global type, and
+    /// cubek's own choice of the rest (f32 sums).
+    fn elems(self) -> MatmulElems {
+        let t = ElemType::Float(match self {
+            Self::F32 => FloatKind::F32,
+            Self::F16 => FloatKind::F16,
+        });
+        MatmulElems::from_globals(&MatmulGlobalElems {
+            lhs: t,
+            rhs: t,
+            out: t,
+        })
     }
 }
 
@@ -221,10 +244,10 @@ fn cases(p: &MatmulProbe) -> Vec<Case> {
     ]
 }
 
-/// The routines probed, with their names: cubek's SIMT routines, then its tensor-core ones
-/// (`cmma`: cooperative matrices; `mma`: plane matrix instructions), as burn's autotuner
-/// lists them.
-fn routines() -> Vec<(String, Strategy)> {
+/// The routines probed, with their names: burn's own `matmul` (`None`: what the models call),
+/// cubek's choice and its SIMT routines, then its tensor-core ones (`cmma`: cooperative
+/// matrices; `mma`: plane matrix instructions), as burn's autotuner lists them.
+fn routines() -> Vec<(String, Option<Strategy>)> {
     let ml = |r: Routine| Strategy::MultiLevel(r);
     let simple = |tile_matmul, multi_rows| {
         BlueprintStrategy::Inferred(SimpleArgs {
@@ -313,31 +336,14 @@ fn routines() -> Vec<(String, Strategy)> {
             (format!("ordered_double_{tag}_rows8"), ordered_routine(8)),
         ]);
     }
-    out
+    std::iter::once(("burn".to_string(), None))
+        .chain(out.into_iter().map(|(name, s)| (name, Some(s))))
+        .collect()
 }
 
-/// The names of the routines a probe can time (besides `burn`, burn's own `matmul`).
+/// The names of the routines a probe can time (`burn` is burn's own `matmul`).
 pub fn routine_names() -> Vec<String> {
-    let mut names = vec!["burn".to_string()];
-    names.extend(routines().into_iter().map(|(name, _)| name));
-    names
-}
-
-fn elem(precision: ProbePrecision) -> MatmulElems {
-    let f32_ = ElemType::Float(FloatKind::F32);
-    let f16_ = ElemType::Float(FloatKind::F16);
-    match precision {
-        ProbePrecision::F32 => MatmulElems::from_globals(&MatmulGlobalElems {
-            lhs: f32_,
-            rhs: f32_,
-            out: f32_,
-        }),
-        ProbePrecision::F16 => MatmulElems::from_globals(&MatmulGlobalElems {
-            lhs: f16_,
-            rhs: f16_,
-            out: f16_,
-        }),
-    }
+    routines().into_iter().map(|(name, _)| name).collect()
 }
 
 /// Host data of one product: operands as stored, and the f64 reference of some output rows.
@@ -393,13 +399,6 @@ fn host_case(case: &Case, seed: u64) -> HostCase {
     }
 }
 
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "panic".to_string())
-}
-
 /// The operands of a case on the device, in `precision`'s global type, read as multiplied
 /// (`[B, M, K]`, `[B, K, N]`, transposed views where the case says).
 fn operands(
@@ -410,26 +409,14 @@ fn operands(
 ) -> (Tensor<3>, Tensor<3>) {
     let make = |data: &[f32], rows, cols, t| {
         let stored = case.stored(rows, cols, t);
-        let x = Tensor::<3>::from_data(TensorData::new(data.to_vec(), stored), device);
-        let x = if precision == ProbePrecision::F16 {
-            x.cast(DType::F16)
-        } else {
-            x
-        };
+        let x = Tensor::<3>::from_data(TensorData::new(data.to_vec(), stored), device)
+            .cast(precision.dtype());
         if t { x.swap_dims(1, 2) } else { x }
     };
     (
         make(&host.lhs, case.m, case.k, case.lhs_t),
         make(&host.rhs, case.k, case.n, case.rhs_t),
     )
-}
-
-fn out_dtype(precision: ProbePrecision) -> DType {
-    if precision == ProbePrecision::F16 {
-        DType::F16
-    } else {
-        DType::F32
-    }
 }
 
 /// `max |out - ref| / max |ref|` over the sampled rows.
@@ -500,8 +487,7 @@ fn launch_routine(
     lhs: &Tensor<3>,
     rhs: &Tensor<3>,
     dims: [usize; 3],
-    elems: &MatmulElems,
-    out_dtype: DType,
+    precision: ProbePrecision,
     device: &Device,
 ) -> std::result::Result<Tensor<3>, NotRun> {
     let cube = |t: &Tensor<3>| {
@@ -510,15 +496,15 @@ fn launch_routine(
             .map_err(|e| NotRun::Failed(format!("not a cubecl tensor: {e:?}")))
     };
     let (l, r) = (cube(lhs)?, cube(rhs)?);
-    let out = Tensor::<3>::empty(dims, (device, out_dtype));
+    let out = Tensor::<3>::empty(dims, (device, precision.dtype()));
     let o = cube(&out)?;
     let client = o.client.clone();
-    let mut dtypes = elems.clone();
+    let mut dtypes = precision.elems();
     cubek::matmul::launch::launch_ref(
         strategy,
         &client,
-        InputBinding::new(l.binding(), elems.lhs_global),
-        InputBinding::new(r.binding(), elems.rhs_global),
+        InputBinding::new(l.binding(), dtypes.lhs_global),
+        InputBinding::new(r.binding(), dtypes.rhs_global),
         o.binding(),
         &mut dtypes,
     )?;
@@ -596,15 +582,6 @@ pub fn probe_matmuls(device: &Device, probe: &MatmulProbe) -> Result<ProbeReport
         let dims = [case.batch, case.m, case.n];
         for &precision in &precisions {
             let (lhs, rhs) = operands(case, &host, precision, device);
-            let elems = elem(precision);
-            let row = |routine: &str, outcome| MatmulTiming {
-                case: case.name,
-                shape: [case.batch, case.m, case.k, case.n],
-                transposed: [case.lhs_t, case.rhs_t],
-                precision,
-                routine: routine.to_string(),
-                outcome,
-            };
             let finish = |timed: std::result::Result<(Tensor<3>, f64), NotRun>| match timed {
                 Ok((out, ms)) => match rel_err(out, case, &host) {
                     Ok(err) => ProbeOutcome::Ran {
@@ -619,45 +596,33 @@ pub fn probe_matmuls(device: &Device, probe: &MatmulProbe) -> Result<ProbeReport
                 Err(NotRun::Declined(reason)) => ProbeOutcome::Unavailable { reason },
                 Err(NotRun::Failed(reason)) => ProbeOutcome::Failed { reason },
             };
-            // burn's own product: what the models call
-            if wanted("burn") {
-                let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    finish(time_launches(device, probe.repeats, || {
-                        Ok(lhs.clone().matmul(rhs.clone()))
-                    }))
-                }))
-                .unwrap_or_else(|p| ProbeOutcome::Failed {
-                    reason: panic_message(p),
-                });
-                log::debug!("probe {} {} burn: {outcome:?}", case.name, precision.name());
-                rows.push(row("burn", outcome));
-            }
             for (name, strategy) in &routines {
                 if !wanted(name) {
                     continue;
                 }
+                let launch = || match strategy {
+                    None => Ok(lhs.clone().matmul(rhs.clone())),
+                    Some(strategy) => launch_routine(strategy, &lhs, &rhs, dims, precision, device),
+                };
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
-                    finish(time_launches(device, probe.repeats, || {
-                        launch_routine(
-                            strategy,
-                            &lhs,
-                            &rhs,
-                            dims,
-                            &elems,
-                            out_dtype(precision),
-                            device,
-                        )
-                    }))
+                    finish(time_launches(device, probe.repeats, launch))
                 }))
                 .unwrap_or_else(|p| ProbeOutcome::Failed {
-                    reason: panic_message(p),
+                    reason: panic_message(&p),
                 });
                 log::debug!(
                     "probe {} {} {name}: {outcome:?}",
                     case.name,
                     precision.name()
                 );
-                rows.push(row(name, outcome));
+                rows.push(MatmulTiming {
+                    case: case.name,
+                    shape: [case.batch, case.m, case.k, case.n],
+                    transposed: [case.lhs_t, case.rhs_t],
+                    precision,
+                    routine: name.clone(),
+                    outcome,
+                });
             }
         }
     }
