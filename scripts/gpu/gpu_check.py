@@ -392,6 +392,9 @@ def cmd_embed_log(args):
         out["wall_seconds"] = args.wall
         out["passages_per_s_wall"] = int(n) / args.wall if args.wall > 0 else None
     _apply_sets(out, args.set)
+    for kv in args.json or []:
+        key, path = kv.split("=", 1)
+        out[key] = json.loads(open(path, encoding="utf-8").read())
     print(json.dumps(out))
     return 0
 
@@ -694,6 +697,22 @@ def _sweep_digest(rec):
     return [{"batch_size": b, **rows[b]} for b in sorted(rows)] or None
 
 
+def _routine_digest(rec):
+    """The routine sweep's headline: per routine and precision infembed's passages/s and its
+    embeddings' largest difference from the CPU's, fastest first."""
+    if not isinstance(rec, dict):
+        return None
+    rows = []
+    for r in rec.get("runs") or []:
+        if isinstance(r, dict) and r.get("routine"):
+            vs = r.get("vs_cpu") if isinstance(r.get("vs_cpu"), dict) else {}
+            rows.append({"routine": r["routine"], "dtype": r.get("dtype"),
+                         "passages_per_s": r.get("passages_per_s"),
+                         "max_abs_diff_vs_cpu": vs.get("max_abs_diff")})
+    rows.sort(key=lambda r: -(r["passages_per_s"] or 0))
+    return rows or None
+
+
 def _probe_digest(probe):
     """The matmul probe's headline: the device's tensor-core configurations, the tensor-core
     routines that ran, and per product and precision burn's time and the fastest routine whose
@@ -810,6 +829,7 @@ def cmd_report(args):
             "dev_after": get("train", "dev_after"),
         },
         "batch_sweep_passages_per_s": _sweep_digest(stages.get("batch_sweep")),
+        "routine_sweep": _routine_digest(stages.get("routine_sweep")),
         "kernel_profile": _profile_digests(get),
         "matmul_probe": _probe_digest(get("matmul_probe", "probe")),
         "failed_stages": failed,
@@ -875,6 +895,7 @@ def main(argv=None):
     p.add_argument("file")
     p.add_argument("--wall", type=float, help="the process's wall seconds")
     p.add_argument("--set", action="append", help="KEY=VALUE added to the record (JSON if it parses)")
+    p.add_argument("--json", action="append", help="KEY=FILE: the file's JSON added under KEY")
     p = sub.add_parser("train-log")
     p.add_argument("file")
     p.add_argument("--rows-per-step", type=int, help="rows of one optimizer step (default: read from the log)")

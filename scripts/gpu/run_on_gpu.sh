@@ -15,8 +15,16 @@
 #                           cover f16 too
 #   --embed-runs N          timed `infembed embed` runs; the first compiles shaders (default 2)
 #   --only LIST             run only these of probe,parity,torch,throughput,train,profile,
-#                           sweep (comma-separated; default all; setup, environment and
-#                           devices always run)
+#                           sweep,routines (comma-separated; default all; setup, environment
+#                           and devices always run)
+#   --matmul R              the matrix-product routine of infembed's linear layers on the
+#                           device in every stage (`infembed embed/train --matmul R`; default:
+#                           burn's own; names as the probe reports them)
+#   --routines LIST         routines: for each routine one warm-up and one timed `infembed
+#                           embed --matmul R --batch-size 128` of the throughput set (f16 too
+#                           with --infembed-f16), and its embeddings of the parity set against
+#                           the CPU's (default burn,double_unit,double_unit_min_tile,gemm,
+#                           simple_cyclic_cmma,double_cyclic_cmma)
 #   --batch-sizes LIST      sweep: one `infembed embed --batch-size N` run of the throughput
 #                           set per N, after a warm-up run at each N (default 32,64,128,256);
 #                           with the torch stage also the torch baseline at each N
@@ -41,7 +49,8 @@
 # torch_parity, throughput_infembed (and throughput_infembed_f16 with --infembed-f16),
 # torch_fp32, torch_fp16 (CUDA only), train, torch_train (PyTorch's training step on the same
 # GPU), profile_kernels (where the device time goes, per kernel; informational), batch_sweep
-# (encoding rates by batch size; informational). A failed stage is recorded in the JSON with
+# (encoding rates by batch size; informational), routine_sweep (encoding rates and agreement
+# by matrix-product routine; informational). A failed stage is recorded in the JSON with
 # its stderr tail and the next one runs; the exit status is 1 if any stage failed.
 set -uo pipefail # no -e: each stage's failure is recorded, then the next stage runs
 
@@ -53,7 +62,9 @@ PASSAGES=200
 THR_PASSAGES=2000
 EMBED_RUNS=2
 INFEMBED_F16=0
-ONLY="probe,parity,torch,throughput,train,profile,sweep"
+ONLY="probe,parity,torch,throughput,train,profile,sweep,routines"
+MATMUL=""
+ROUTINES="burn,double_unit,double_unit_min_tile,gemm,simple_cyclic_cmma,double_cyclic_cmma"
 BATCH_SIZES="32,64,128,256"
 PROFILE_PASSAGES=1000
 PROFILE_STEPS=10
@@ -98,6 +109,8 @@ while [ $# -gt 0 ]; do
         --probe-tokens) need_value "$1" $# && PROBE_TOKENS="$2" && shift 2 ;;
         --probe-seconds) need_value "$1" $# && PROBE_SECONDS="$2" && shift 2 ;;
         --batch-sizes) need_value "$1" $# && BATCH_SIZES="$2" && shift 2 ;;
+        --matmul) need_value "$1" $# && MATMUL="$2" && shift 2 ;;
+        --routines) need_value "$1" $# && ROUTINES="$2" && shift 2 ;;
         --torch-device) need_value "$1" $# && TORCH_DEVICE="$2" && shift 2 ;;
         --torch-backend) need_value "$1" $# && TORCH_BACKEND="$2" && shift 2 ;;
         --torch-batch-size) need_value "$1" $# && TORCH_BATCH="$2" && shift 2 ;;
@@ -120,8 +133,16 @@ esac
 case "$TORCH_DEVICE" in auto | cuda | cpu) ;; *) die "--torch-device: auto, cuda or cpu" ;; esac
 IFS=, read -r -a only_list <<<"$ONLY"
 for g in "${only_list[@]}"; do
-    case "$g" in probe | parity | torch | throughput | train | profile | sweep) ;; *) die "--only: probe, parity, torch, throughput, train, profile, sweep; not '$g'" ;; esac
+    case "$g" in probe | parity | torch | throughput | train | profile | sweep | routines) ;; *) die "--only: probe, parity, torch, throughput, train, profile, sweep, routines; not '$g'" ;; esac
 done
+IFS=, read -r -a routine_list <<<"$ROUTINES"
+[ "${#routine_list[@]}" -gt 0 ] || die "--routines needs at least one routine"
+for r in "${routine_list[@]}" $MATMUL; do
+    [[ "$r" =~ ^[a-z0-9_]+$ ]] || die "--routines/--matmul: routine names are lower-case words with _, not '$r'"
+done
+# `--matmul R` for infembed's runs on the device (none on the CPU, which refuses it)
+mm=()
+[ -z "$MATMUL" ] || mm=(--matmul "$MATMUL")
 IFS=, read -r -a batch_sizes <<<"$BATCH_SIZES"
 [ "${#batch_sizes[@]}" -gt 0 ] || die "--batch-sizes needs at least one size"
 for b in "${batch_sizes[@]}"; do is_count "$b" --batch-sizes; done
@@ -356,7 +377,7 @@ stage_parity() {
         cpu_rc=$RC
         helper embed-log "$WORK/parity-cpu.err" --wall "$SECS" >"$WORK/parity-cpu.json"
         run parity-dev "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
-            --output "$WORK/parity-dev.npy" --device "$DEVICE" --restart
+            --output "$WORK/parity-dev.npy" --device "$DEVICE" --restart ${mm[@]+"${mm[@]}"}
         dev_rc=$RC
         helper embed-log "$WORK/parity-dev.err" --wall "$SECS" >"$WORK/parity-dev.json"
         cat "$WORK/parity-cpu.err" "$WORK/parity-dev.err" >>"$WORK/parity.err"
@@ -419,7 +440,8 @@ infembed_throughput() {
     if [ "$rc" = 0 ]; then
         for i in $(seq 1 "$EMBED_RUNS"); do
             run "$stage-$i" "$INFEMBED" embed --model "$MODEL" --input "$WORK/throughput.jsonl" \
-                --output "$WORK/$stage-$i.npy" --device "$DEVICE" --dtype "$dtype" --restart
+                --output "$WORK/$stage-$i.npy" --device "$DEVICE" --dtype "$dtype" --restart \
+                ${mm[@]+"${mm[@]}"}
             [ "$RC" = 0 ] || rc=$RC
             helper embed-log "$WORK/$stage-$i.err" --wall "$SECS" >"$WORK/$stage-$i.json"
             runs_args+=(--append "runs=$WORK/$stage-$i.json")
@@ -430,7 +452,8 @@ infembed_throughput() {
     if [ "$dtype" != f32 ] && [ -f "$WORK/parity.jsonl" ]; then
         # how far the low-precision embeddings are from the CPU's (recorded, not judged)
         run "$stage-parity" "$INFEMBED" embed --model "$MODEL" --input "$WORK/parity.jsonl" \
-            --output "$WORK/$stage-parity.npy" --device "$DEVICE" --dtype "$dtype" --restart
+            --output "$WORK/$stage-parity.npy" --device "$DEVICE" --dtype "$dtype" --restart \
+            ${mm[@]+"${mm[@]}"}
         [ "$RC" = 0 ] || rc=$RC
         cat "$WORK/$stage-parity.err" >>"$WORK/$stage.err"
         if [ "$RC" = 0 ] && [ -f "$WORK/parity-cpu.npy" ]; then
@@ -482,7 +505,7 @@ stage_train() {
     train_rc=$?
     if [ "$train_rc" = 0 ]; then
         run train "$INFEMBED" train --config "$WORK/train.toml" --device "$DEVICE" \
-            --progress plain
+            --progress plain ${mm[@]+"${mm[@]}"}
         train_rc=$RC
     else
         SECS=0
@@ -545,7 +568,8 @@ stage_profile() {
             rm -f "$WORK/profile-$part.log"
             CUBECL_DEBUG_LOG="$WORK/profile-$part.log" CUBECL_DEBUG_OPTION=profile \
                 run "profile-$part" "$INFEMBED" embed --model "$MODEL" --input "$WORK/profile.jsonl" \
-                --output "$WORK/profile.npy" --device "$DEVICE" --dtype "$dtype" --restart
+                --output "$WORK/profile.npy" --device "$DEVICE" --dtype "$dtype" --restart \
+                ${mm[@]+"${mm[@]}"}
             [ "$RC" = 0 ] || rc=$RC
             rm -f "$WORK/profile.npy" "$WORK/profile.ids.txt"
         done
@@ -556,7 +580,7 @@ stage_profile() {
         rm -f "$WORK/profile-train.log"
         CUBECL_DEBUG_LOG="$WORK/profile-train.log" CUBECL_DEBUG_OPTION=profile \
             run profile-train "$INFEMBED" train --config "$WORK/profile-train.toml" \
-            --device "$DEVICE" --progress plain
+            --device "$DEVICE" --progress plain ${mm[@]+"${mm[@]}"}
         [ "$RC" = 0 ] || rc=$RC
     else
         rc=1
@@ -598,7 +622,8 @@ stage_sweep() {
                 for tag in "warm-$part" "$part"; do # the warm-up, then the timed run (its SECS)
                     run "sweep-$tag" "$INFEMBED" embed --model "$MODEL" \
                         --input "$WORK/throughput.jsonl" --output "$WORK/sweep.npy" \
-                        --device "$DEVICE" --batch-size "$n" --dtype "$dtype" --restart --quiet
+                        --device "$DEVICE" --batch-size "$n" --dtype "$dtype" --restart --quiet \
+                        ${mm[@]+"${mm[@]}"}
                     [ "$RC" = 0 ] || rc=$RC
                     cat "$WORK/sweep-$tag.err" >>"$WORK/sweep.err"
                 done
@@ -624,6 +649,60 @@ stage_sweep() {
         ${args[@]+"${args[@]}"} --out "$out_file"
 }
 
+# ------------------------------------------------------------------------- routine sweep
+# Encoding rate and agreement by matrix-product routine (`infembed embed --matmul R`, which sends
+# the linear layers' products to cubek's routine R): for each R and precision one warm-up and one
+# timed run of the throughput set at batch size 128, then the parity set's embeddings against
+# the CPU's (with the parity stage). Routines cubek declines on the device leave their products
+# to burn's matmul (the run's log says so). Informational: a failure here does not fail the run.
+stage_routines() {
+    next_stage routine_sweep
+    local rc="$input_rc" r dtype part tag args=() dtypes=(f32)
+    [ "$INFEMBED_F16" = 1 ] && dtypes+=(f16)
+    : >"$WORK/routines.err"
+    if [ "$DEVICE" = cpu ]; then
+        helper stage --name routine_sweep --skipped="the CPU runs no cubecl kernels" --out "$out_file"
+        return
+    fi
+    if [ "$rc" = 0 ]; then
+        for r in "${routine_list[@]}"; do
+            for dtype in "${dtypes[@]}"; do
+                part="$r-$dtype"
+                for tag in "warm-$part" "$part"; do
+                    run "routine-$tag" "$INFEMBED" embed --model "$MODEL" \
+                        --input "$WORK/throughput.jsonl" --output "$WORK/routine.npy" \
+                        --device "$DEVICE" --batch-size 128 --dtype "$dtype" --restart --quiet \
+                        --matmul "$r"
+                    [ "$RC" = 0 ] || rc=$RC
+                    cat "$WORK/routine-$tag.err" >>"$WORK/routines.err"
+                done
+                local timed="$SECS" cmp=()
+                if [ -f "$WORK/parity-cpu.npy" ]; then
+                    run "routine-parity-$part" "$INFEMBED" embed --model "$MODEL" \
+                        --input "$WORK/parity.jsonl" --output "$WORK/routine-parity.npy" \
+                        --device "$DEVICE" --dtype "$dtype" --restart --quiet --matmul "$r"
+                    [ "$RC" = 0 ] || rc=$RC
+                    cat "$WORK/routine-parity-$part.err" >>"$WORK/routines.err"
+                    if [ "$RC" = 0 ] && helper compare "$WORK/parity-cpu.npy" \
+                        "$WORK/routine-parity.npy" --threshold 1 \
+                        >"$WORK/routine-cmp-$part.json" 2>>"$WORK/routines.err"; then
+                        cmp=(--json "vs_cpu=$WORK/routine-cmp-$part.json")
+                    fi
+                fi
+                helper embed-log "$WORK/routine-$part.err" --wall "$timed" \
+                    --set "routine=\"$r\"" --set "dtype=\"$dtype\"" ${cmp[@]+"${cmp[@]}"} \
+                    >"$WORK/routine-$part.json"
+                args+=(--append "runs=$WORK/routine-$part.json")
+                rm -f "$WORK/routine.npy" "$WORK/routine.ids.txt" "$WORK/routine-parity.npy" \
+                    "$WORK/routine-parity.ids.txt"
+            done
+        done
+    fi
+    helper stage --name routine_sweep --rc "$rc" --stderr "$WORK/routines.err" --informational \
+        --set "passages=$THR_PASSAGES" --set "device=\"$DEVICE\"" --set "batch_size=128" \
+        ${args[@]+"${args[@]}"} --out "$out_file"
+}
+
 # ---------------------------------------------------------------------------- the stages
 if wants probe; then stage_probe; else skip matmul_probe "not selected (--only)"; fi
 if wants parity; then stage_parity; else skip parity "not selected (--only)"; fi
@@ -644,11 +723,12 @@ else
 fi
 if wants profile; then stage_profile; else skip profile_kernels "not selected (--only)"; fi
 if wants sweep; then stage_sweep; else skip batch_sweep "not selected (--only)"; fi
+if wants routines; then stage_routines; else skip routine_sweep "not selected (--only)"; fi
 
 # -------------------------------------------------------------------------------- report
-options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s, "profile_passages": %s, "profile_steps": %s, "probe_tokens": %s, "probe_seconds": %s, "batch_sizes": [%s]}' \
+options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s, "profile_passages": %s, "profile_steps": %s, "probe_tokens": %s, "probe_seconds": %s, "batch_sizes": [%s], "matmul": "%s", "routines": "%s"}' \
     "$DEVICE" "$PASSAGES" "$THR_PASSAGES" "$EMBED_RUNS" "$([ "$INFEMBED_F16" = 1 ] && echo true || echo false)" "$ONLY" "$([ "$SKIP_TRAIN" = 1 ] && echo true || echo false)" \
-    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD" "$PROFILE_PASSAGES" "$PROFILE_STEPS" "$PROBE_TOKENS" "$PROBE_SECONDS" "$BATCH_SIZES")"
+    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD" "$PROFILE_PASSAGES" "$PROFILE_STEPS" "$PROBE_TOKENS" "$PROBE_SECONDS" "$BATCH_SIZES" "${MATMUL:-burn}" "$ROUTINES")"
 helper report --stages "$STAGES" --out "$OUT" --device "$DEVICE" --options "$options"
 status=$?
 if [ -n "$LOGS" ]; then

@@ -327,7 +327,7 @@ impl FromStr for Precision {
             _ => Err(Error::UnknownName {
                 what: "dtype",
                 name: s.to_string(),
-                expected: "f32, bf16 or f16",
+                expected: "f32, bf16 or f16".into(),
             }),
         }
     }
@@ -380,7 +380,7 @@ impl FromStr for Quantization {
             _ => Err(Error::UnknownName {
                 what: "quantization",
                 name: s.to_string(),
-                expected: "none, int8 or bf16",
+                expected: "none, int8 or bf16".into(),
             }),
         }
     }

@@ -19,6 +19,7 @@ use crate::interaction::{
 use crate::models::{ArchitectureConfig, Backbone};
 use crate::ops::Products;
 use crate::pool::{Pooling, l2_normalize};
+use crate::routine::MatmulRoutine;
 use crate::tokenize::TextTokenizer;
 use infembed_data::QueryTemplate;
 
@@ -411,6 +412,38 @@ impl DualEncoder {
         }
         Arc::make_mut(&mut self.context).config.quantize = quantization;
         Ok(())
+    }
+
+    /// Computes the towers' linear layers on a GPU device through cubek's `routine` from now
+    /// on ([`MatmulRoutine`]: the forward product and, in training, both backward products;
+    /// [`MatmulRoutine::BURN`], the default, is burn's own `matmul`). Products that cubek
+    /// declines for the routine are left to burn's `matmul`. Not recorded in
+    /// [`config`](Self::config): a saved model loads on any device.
+    ///
+    /// # Errors
+    /// [`Error::Device`] for a routine other than `burn` on a device that is not a cubecl GPU
+    /// device (`wgpu`, `vulkan`, `cuda`), or in a build without one or with `fusion`.
+    pub fn set_gpu_matmul(&mut self, routine: MatmulRoutine) -> Result<()> {
+        if !routine.is_burn() && !crate::ops::routes_on(&self.device) {
+            return Err(Error::Device {
+                device: format!("{:?}", self.device.clone().inner()),
+                problem: format!(
+                    "matmul routine {routine} runs on GPU devices (wgpu, vulkan, cuda) of a \
+                     build without `fusion`; this device computes its own products (use `burn`)"
+                ),
+            });
+        }
+        self.products.gpu_matmul = routine;
+        self.apply_products();
+        if !routine.is_burn() {
+            log::info!("GPU products through cubek's {routine} routine");
+        }
+        Ok(())
+    }
+
+    /// The routine of the towers' products on a GPU device ([`set_gpu_matmul`](Self::set_gpu_matmul)).
+    pub fn gpu_matmul(&self) -> MatmulRoutine {
+        self.products.gpu_matmul
     }
 
     /// Encodes `batch_size` texts per forward pass from now on (0 counts as 1) when

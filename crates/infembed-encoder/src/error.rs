@@ -123,7 +123,7 @@ pub enum Error {
         /// The name as given.
         name: String,
         /// The names it takes.
-        expected: &'static str,
+        expected: String,
     },
 }
 

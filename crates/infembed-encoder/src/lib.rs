@@ -54,6 +54,7 @@ mod ops;
 mod pool;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 mod probe;
+mod routine;
 mod save;
 mod tokenize;
 mod weights;
@@ -80,6 +81,7 @@ pub use probe::{
     MatmulProbe, MatmulTiming, ProbeOutcome, ProbePrecision, ProbeReport, probe_matmuls,
     routine_names,
 };
+pub use routine::MatmulRoutine;
 pub use save::{ENCODER_CONFIG_FILE, INTERACTION_FILE, PASSAGE_TOWER_DIR, safetensors_keys};
 pub use tokenize::{TextTokenizer, TokenBatch};
 

@@ -21,25 +21,16 @@ use std::time::Instant;
 use burn::backend::Cube;
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
-use cubecl::ir::{ElemType, FloatKind};
-use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError};
-use cubek::matmul::multi_level::Strategy as Routine;
-use cubek::matmul::multi_level::components::tile::TileMatmulKind;
-use cubek::matmul::multi_level::routines::TileSizeSelection;
-use cubek::matmul::multi_level::routines::batch::double_buffering::DoubleBufferingArgs;
-use cubek::matmul::multi_level::routines::batch::double_unit::DoubleUnitSelectionArgs;
-use cubek::matmul::multi_level::routines::batch::ordered_double_buffering::OrderedSelectionArgs;
-use cubek::matmul::multi_level::routines::batch::simple::SimpleArgs;
-use cubek::matmul::multi_level::routines::batch::simple_unit::SimpleUnitSelectionArgs;
-use cubek::matmul::routine::BlueprintStrategy;
+use cubek::matmul::definition::MatmulSetupError;
 use cubek::matmul::strategy::Strategy;
-use cubek::std::InputBinding;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
 use crate::device::panic_message;
 use crate::error::{Error, Result};
+use crate::ops::routed::{LaunchError, launch};
+use crate::routine::MatmulRoutine;
 
 /// The shapes and repetitions of a probe. The defaults are all-MiniLM-L6-v2's products on
 /// 4,096 tokens (sequences of 128).
@@ -108,20 +99,6 @@ impl ProbePrecision {
             Self::F16 => DType::F16,
         }
     }
-
-    /// The element types cubek computes in: the operands' and output's global type, and
-    /// cubek's own choice of the rest (f32 sums).
-    fn elems(self) -> MatmulElems {
-        let t = ElemType::Float(match self {
-            Self::F32 => FloatKind::F32,
-            Self::F16 => FloatKind::F16,
-        });
-        MatmulElems::from_globals(&MatmulGlobalElems {
-            lhs: t,
-            rhs: t,
-            out: t,
-        })
-    }
 }
 
 impl std::str::FromStr for ProbePrecision {
@@ -134,7 +111,7 @@ impl std::str::FromStr for ProbePrecision {
             .ok_or_else(|| Error::UnknownName {
                 what: "probe precision",
                 name: s.to_string(),
-                expected: "f32 or f16",
+                expected: "f32 or f16".into(),
             })
     }
 }
@@ -244,106 +221,18 @@ fn cases(p: &MatmulProbe) -> Vec<Case> {
     ]
 }
 
-/// The routines probed, with their names: burn's own `matmul` (`None`: what the models call),
-/// cubek's choice and its SIMT routines, then its tensor-core ones (`cmma`: cooperative
-/// matrices; `mma`: plane matrix instructions), as burn's autotuner lists them.
+/// The routines probed ([`MatmulRoutine::all`]), with cubek's strategy for each (`None`:
+/// burn's own `matmul`, what the models call by default).
 fn routines() -> Vec<(String, Option<Strategy>)> {
-    let ml = |r: Routine| Strategy::MultiLevel(r);
-    let simple = |tile_matmul, multi_rows| {
-        BlueprintStrategy::Inferred(SimpleArgs {
-            tile_matmul,
-            multi_rows,
-        })
-    };
-    let double = |tile_matmul, specialized| {
-        BlueprintStrategy::Inferred(DoubleBufferingArgs {
-            tile_matmul,
-            specialized,
-        })
-    };
-    let ordered = |tile_matmul, row_count| {
-        BlueprintStrategy::Inferred(OrderedSelectionArgs {
-            tile_matmul,
-            partition_k: Some(2),
-            row_count: Some(row_count),
-            rows_per_plane: Some(2),
-        })
-    };
-    let mut out = vec![("auto".to_string(), Strategy::Auto)];
-    for (suffix, tile_size) in [
-        ("", TileSizeSelection::MaxTileSize),
-        ("_min_tile", TileSizeSelection::MinTileSize),
-    ] {
-        out.push((
-            format!("simple_unit{suffix}"),
-            ml(Routine::SimpleUnit(BlueprintStrategy::Inferred(
-                SimpleUnitSelectionArgs { tile_size },
-            ))),
-        ));
-        out.push((
-            format!("double_unit{suffix}"),
-            ml(Routine::DoubleUnit(BlueprintStrategy::Inferred(
-                DoubleUnitSelectionArgs { tile_size },
-            ))),
-        ));
-    }
-    out.push((
-        "gemm".to_string(),
-        ml(Routine::Gemm(BlueprintStrategy::Inferred(
-            Default::default(),
-        ))),
-    ));
-    out.push(("naive".to_string(), ml(Routine::Naive)));
-    for kind in [TileMatmulKind::Cmma, TileMatmulKind::Mma] {
-        let cmma = kind == TileMatmulKind::Cmma;
-        let tag = if cmma { "cmma" } else { "mma" };
-        let simple_routine = |multi_rows| {
-            let args = simple(kind, multi_rows);
-            ml(if cmma {
-                Routine::SimpleCyclicCmma(args)
-            } else {
-                Routine::SimpleCyclicMma(args)
-            })
-        };
-        let double_routine = |specialized| {
-            let args = double(kind, specialized);
-            ml(if cmma {
-                Routine::DoubleCyclicCmma(args)
-            } else {
-                Routine::DoubleCyclicMma(args)
-            })
-        };
-        let ordered_routine = |row_count| {
-            let args = ordered(kind, row_count);
-            ml(if cmma {
-                Routine::OrderedDoubleCmma(args)
-            } else {
-                Routine::OrderedDoubleMma(args)
-            })
-        };
-        out.extend([
-            (format!("simple_cyclic_{tag}"), simple_routine(false)),
-            (
-                format!("simple_cyclic_{tag}_multi_rows"),
-                simple_routine(true),
-            ),
-            (format!("double_cyclic_{tag}"), double_routine(false)),
-            (
-                format!("double_cyclic_{tag}_specialized"),
-                double_routine(true),
-            ),
-            (format!("ordered_double_{tag}_rows4"), ordered_routine(4)),
-            (format!("ordered_double_{tag}_rows8"), ordered_routine(8)),
-        ]);
-    }
-    std::iter::once(("burn".to_string(), None))
-        .chain(out.into_iter().map(|(name, s)| (name, Some(s))))
+    MatmulRoutine::all()
+        .map(|r| (r.name().to_string(), r.strategy()))
         .collect()
 }
 
-/// The names of the routines a probe can time (`burn` is burn's own `matmul`).
+/// The names of the routines a probe can time (`burn` is burn's own `matmul`; the names of
+/// [`MatmulRoutine`]).
 pub fn routine_names() -> Vec<String> {
-    routines().into_iter().map(|(name, _)| name).collect()
+    MatmulRoutine::all().map(|r| r.name().to_string()).collect()
 }
 
 /// Host data of one product: operands as stored, and the f64 reference of some output rows.
@@ -481,34 +370,13 @@ fn time_launches(
     ))
 }
 
-/// One routine on one product.
-fn launch_routine(
-    strategy: &Strategy,
-    lhs: &Tensor<3>,
-    rhs: &Tensor<3>,
-    dims: [usize; 3],
-    precision: ProbePrecision,
-    device: &Device,
-) -> std::result::Result<Tensor<3>, NotRun> {
-    let cube = |t: &Tensor<3>| {
-        t.clone()
-            .try_into_primitive::<Cube>()
-            .map_err(|e| NotRun::Failed(format!("not a cubecl tensor: {e:?}")))
-    };
-    let (l, r) = (cube(lhs)?, cube(rhs)?);
-    let out = Tensor::<3>::empty(dims, (device, precision.dtype()));
-    let o = cube(&out)?;
-    let client = o.client.clone();
-    let mut dtypes = precision.elems();
-    cubek::matmul::launch::launch_ref(
-        strategy,
-        &client,
-        InputBinding::new(l.binding(), dtypes.lhs_global),
-        InputBinding::new(r.binding(), dtypes.rhs_global),
-        o.binding(),
-        &mut dtypes,
-    )?;
-    Ok(out)
+impl From<LaunchError> for NotRun {
+    fn from(e: LaunchError) -> Self {
+        match e {
+            LaunchError::Setup(e) => e.into(),
+            LaunchError::Operands(e) => Self::Failed(e),
+        }
+    }
 }
 
 /// Times the routines of `probe` on `device` (a GPU device: `wgpu`, `vulkan` or `cuda`), one
@@ -579,7 +447,6 @@ pub fn probe_matmuls(device: &Device, probe: &MatmulProbe) -> Result<ProbeReport
     for (c, case) in cases(probe).iter().enumerate() {
         let host = host_case(case, 7 + c as u64);
         let flops = 2.0 * (case.batch * case.m * case.n * case.k) as f64;
-        let dims = [case.batch, case.m, case.n];
         for &precision in &precisions {
             let (lhs, rhs) = operands(case, &host, precision, device);
             let finish = |timed: std::result::Result<(Tensor<3>, f64), NotRun>| match timed {
@@ -602,7 +469,7 @@ pub fn probe_matmuls(device: &Device, probe: &MatmulProbe) -> Result<ProbeReport
                 }
                 let launch = || match strategy {
                     None => Ok(lhs.clone().matmul(rhs.clone())),
-                    Some(strategy) => launch_routine(strategy, &lhs, &rhs, dims, precision, device),
+                    Some(strategy) => Ok(launch(strategy, &lhs, &rhs)?),
                 };
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     finish(time_launches(device, probe.repeats, launch))

@@ -192,7 +192,8 @@ pub(crate) fn load_latest(output_dir: &Path) -> Result<Option<Loaded>> {
 }
 
 /// The top-level keys whose values differ between two configs (for a clear refusal to
-/// resume under another config). `max_steps`, `eval` and `checkpoint` may change.
+/// resume under another config). `max_steps`, `eval`, `checkpoint`, the output directory and
+/// where the steps run (`device`, `devices`, the GPU's `matmul` routine) may change.
 pub(crate) fn config_differences(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return vec!["<root>".into()];
@@ -204,7 +205,13 @@ pub(crate) fn config_differences(a: &serde_json::Value, b: &serde_json::Value) -
         .filter(|k| {
             !matches!(
                 k.as_str(),
-                "max_steps" | "eval" | "checkpoint" | "output_dir" | "device" | "devices"
+                "max_steps"
+                    | "eval"
+                    | "checkpoint"
+                    | "output_dir"
+                    | "device"
+                    | "devices"
+                    | "matmul"
             )
         })
         .filter(|k| a.get(*k) != b.get(*k))
@@ -266,7 +273,8 @@ mod tests {
     #[test]
     fn config_differences_ignore_schedules() {
         let a = serde_json::json!({"seed": 1, "max_steps": 3, "eval": {"a": 1}, "epochs": 2});
-        let b = serde_json::json!({"seed": 2, "max_steps": 5, "eval": {"a": 2}, "epochs": 2});
+        let b = serde_json::json!({"seed": 2, "max_steps": 5, "eval": {"a": 2}, "epochs": 2,
+                                   "matmul": "double_unit"});
         assert_eq!(config_differences(&a, &b), vec!["seed".to_string()]);
     }
 }

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use infembed_encoder::{DeviceSpec, EncoderConfig, Interaction, Precision};
+use infembed_encoder::{DeviceSpec, EncoderConfig, Interaction, MatmulRoutine, Precision};
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +72,12 @@ pub struct TrainConfig {
     /// 0.22 has no mixed precision with `f32` master weights; `--dtype` serves inference).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Precision>,
+    /// The matrix-product routine of the linear layers on a GPU device (forward and both
+    /// backward products): `burn` (the default, burn's own `matmul`) or one of cubek's by
+    /// the name `infembed devices --probe-matmul` reports (docs/devices.md). Refused on the
+    /// CPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matmul: Option<MatmulRoutine>,
 }
 
 /// Where the records come from.
@@ -324,6 +330,7 @@ impl TrainConfig {
             device: None,
             devices: None,
             dtype: None,
+            matmul: None,
         }
     }
 

@@ -236,6 +236,9 @@ impl Trainer {
         if let Some(precision) = config.dtype {
             encoder.set_training_precision(precision)?;
         }
+        if let Some(routine) = config.matmul {
+            encoder.set_gpu_matmul(routine)?;
+        }
         let devices: Vec<Device> = devices
             .iter()
             .map(|d| d.clone().inner().autodiff())

@@ -47,7 +47,8 @@ pub use infembed_train as train;
 pub use burn::tensor::Device;
 pub use error::{Error, Result};
 pub use infembed_encoder::{
-    DeviceListing, DeviceSpec, Precision, Quantization, list_devices, missing_backends,
+    DeviceListing, DeviceSpec, MatmulRoutine, Precision, Quantization, list_devices,
+    missing_backends,
 };
 pub use infembed_eval::{
     Bm25Config, Bm25Retriever, Depth, EmbeddingIndex, EncoderRetriever, EvalConfig, EvalResults,

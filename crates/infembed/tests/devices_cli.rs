@@ -281,6 +281,85 @@ fn compare(a: &serde_json::Value, b: &serde_json::Value, at: &str, n: &mut usize
     }
 }
 
+/// `--matmul naive` sends the linear layers' products to cubek's naive routine: cubecl's own
+/// kernel log shows the naive kernel (which burn's default run does not launch), and the
+/// embeddings equal the CPU's. On the CPU, `--matmul` is a one-line error; an unknown name
+/// lists the names.
+#[test]
+fn embed_through_a_chosen_matmul_routine_equals_the_cpu() {
+    if !wgpu_available("embed_through_a_chosen_matmul_routine_equals_the_cpu") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = root().join("examples/data/corpus.jsonl");
+    let cpu = embed_on("cpu", &tiny_bert(), &input, &dir.path().join("cpu.npy"));
+    let naive_kernel = "batch::naive::";
+    let kernels_with = |matmul: Option<&str>, name: &str| {
+        let log = dir.path().join(format!("{name}.log"));
+        let mut cmd = embed_command(
+            "wgpu",
+            "f32",
+            &tiny_bert(),
+            &input,
+            &dir.path().join(format!("{name}.npy")),
+        );
+        if let Some(m) = matmul {
+            cmd.args(["--matmul", m]);
+        }
+        cmd.env("CUBECL_DEBUG_LOG", &log)
+            .env("CUBECL_DEBUG_OPTION", "profile");
+        ok(&run(&mut cmd));
+        let kernels = std::fs::read_to_string(&log).expect("cubecl's kernel log");
+        let index = EmbeddingIndex::load(dir.path().join(format!("{name}.npy"))).unwrap();
+        (kernels, index)
+    };
+    let (default_log, _) = kernels_with(None, "default");
+    assert!(
+        !default_log.contains(naive_kernel),
+        "burn's default took the naive kernel"
+    );
+    let (naive_log, naive) = kernels_with(Some("naive"), "naive");
+    assert!(
+        naive_log.contains(naive_kernel),
+        "no naive matmul kernel in cubecl's log"
+    );
+    let diff = max_abs_diff(&cpu, &naive);
+    eprintln!("tiny BERT through cubek's naive routine vs cpu: max abs diff {diff:e}");
+    assert!(diff < 1e-5, "naive routine vs cpu: {diff}");
+
+    let mut on_cpu = embed_command(
+        "cpu",
+        "f32",
+        &tiny_bert(),
+        &input,
+        &dir.path().join("c.npy"),
+    );
+    let out = run(on_cpu.args(["--matmul", "naive"]));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("naive") && lines[0].contains("GPU"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("c.npy").exists());
+    let mut unknown = embed_command(
+        "wgpu",
+        "f32",
+        &tiny_bert(),
+        &input,
+        &dir.path().join("u.npy"),
+    );
+    let out = run(unknown.args(["--matmul", "double-unit"]));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("double_unit") && stderr.contains("simple_cyclic_cmma"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn the_matmul_probe_needs_a_gpu_device_and_says_so_in_one_line() {
     let out = run(bin().args(["devices", "--probe-matmul", "cpu"]));

@@ -56,7 +56,7 @@ impl Backbone {
     pub fn set_quantization(&mut self, quantization: Quantization) {
         self.set_products(Products {
             inference: quantization,
-            train_bf16: false,
+            ..Products::default()
         });
     }
 

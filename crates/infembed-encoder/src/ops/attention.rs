@@ -10,8 +10,9 @@ use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use burn::tensor::ops::AttentionModuleOptions;
 
-use super::{Packing, Prepared, Products, dropout, linear, linear_in};
+use super::{Packing, Prepared, Products, dropout, linear_in, linear_routed};
 use crate::cpu::attention::{self as kernel, QkvWeights};
+use crate::routine::MatmulRoutine;
 
 /// A key-padding mask for attention: `[B, 1, L, L]`, `true` where the KEY is padding.
 ///
@@ -183,22 +184,26 @@ pub(crate) fn self_attention(
             return ctx;
         }
     }
-    padded_self_attention(layers, heads, dropout, x, packing)
+    let routine = fused.products().gpu_matmul;
+    padded_self_attention(layers, heads, dropout, x, packing, routine)
 }
 
 /// [`self_attention`] through burn's ops: the rows unpacked to the padded batch, whose key
-/// mask ([`Packing::key_mask`]) hides the padding.
+/// mask ([`Packing::key_mask`]) hides the padding; the projections' products through
+/// `routine` on a cubecl device.
 pub(crate) fn padded_self_attention(
     [query, key, value]: [&Linear; 3],
     heads: usize,
     dropout: &Dropout,
     x: &Tensor<2>,
     packing: &Packing,
+    routine: MatmulRoutine,
 ) -> Tensor<2> {
     let xp = packing.unpack(x.clone());
-    let q = split_heads(linear(query, xp.clone()), heads);
-    let k = split_heads(linear(key, xp.clone()), heads);
-    let v = split_heads(linear(value, xp), heads);
+    let project = |layer, x| split_heads(linear_routed(layer, x, routine), heads);
+    let q = project(query, xp.clone());
+    let k = project(key, xp.clone());
+    let v = project(value, xp);
     packing.pack(merge_heads(attention_with_dropout(
         q,
         k,
@@ -259,7 +264,8 @@ mod tests {
             device.seed(9);
             let ours = self_attention(layers, heads, &dropout, &fused, &x, &packing);
             device.seed(9);
-            let padded = padded_self_attention(layers, heads, &dropout, &x, &packing);
+            let padded =
+                padded_self_attention(layers, heads, &dropout, &x, &packing, MatmulRoutine::BURN);
             let diff = (ours.clone() - padded).abs().max().into_scalar::<f32>();
             assert!(
                 diff < 1e-5,

@@ -10,6 +10,10 @@
 
 mod attention;
 mod packing;
+// `try_linear` hands the caller's tensor back as its `Err`, as the CPU wing's kernels do
+#[allow(clippy::result_large_err)]
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+pub(crate) mod routed;
 
 use burn::nn::{Dropout, LayerNorm, Linear};
 use burn::prelude::*;
@@ -29,6 +33,7 @@ use crate::cpu::gemm::Activation;
 use crate::cpu::linear::{Float, QuantLinear, try_linear, try_linear_in, try_linear_quant};
 use crate::cpu::norm::try_layer_norm;
 use crate::device::Quantization;
+use crate::routine::MatmulRoutine;
 
 /// `layer.forward(x)`: `x W + b` over the last dimension of `x`.
 ///
@@ -37,6 +42,51 @@ use crate::device::Quantization;
 /// - output: `[..., d_output]`
 pub(crate) fn linear<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tensor<D> {
     try_linear(layer, x, Activation::Identity).unwrap_or_else(|x| layer.forward(x))
+}
+
+/// [`linear`] with its product through `routine` on a cubecl device ([`MatmulRoutine`]; burn's
+/// `matmul` with [`MatmulRoutine::BURN`], and on every other device).
+///
+/// # Shapes
+/// - `x`: `[..., d_input]`
+/// - output: `[..., d_output]`
+fn linear_routed<const D: usize>(
+    layer: &Linear,
+    x: Tensor<D>,
+    routine: MatmulRoutine,
+) -> Tensor<D> {
+    try_routed(layer, x, routine).unwrap_or_else(|x| linear(layer, x))
+}
+
+/// Whether [`MatmulRoutine`]s other than `burn` route products on `device`: a cubecl device
+/// (plain or autodiff) in a build without `fusion`.
+pub(crate) fn routes_on(device: &burn::tensor::Device) -> bool {
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    return Tensor::<1>::zeros([1], &device.clone().inner())
+        .try_into_primitive::<burn::backend::Cube>()
+        .is_ok();
+    #[cfg(not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))))]
+    {
+        let _ = device;
+        false
+    }
+}
+
+/// `x W + b` with the product through `routine` when it is one of cubek's and `x` is on a
+/// cubecl device (`Err(x)` otherwise, and in builds without one).
+#[allow(clippy::result_large_err)]
+fn try_routed<const D: usize>(
+    layer: &Linear,
+    x: Tensor<D>,
+    routine: MatmulRoutine,
+) -> Result<Tensor<D>, Tensor<D>> {
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    return routed::try_linear(layer, x, routine);
+    #[cfg(not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))))]
+    {
+        let _ = (layer, routine);
+        Err(x)
+    }
 }
 
 /// [`linear`] with its products (on the `flex` backend, forward and backward) in `float`.
@@ -54,16 +104,20 @@ pub(crate) fn linear_gelu<const D: usize>(layer: &Linear, x: Tensor<D>) -> Tenso
     try_linear(layer, x, Activation::Gelu).unwrap_or_else(|x| gelu(layer.forward(x)))
 }
 
-/// How a module's linear products compute on the CPU (`flex`): at inference (plain tensors)
+/// How a module's linear products compute: on the CPU (`flex`) at inference (plain tensors)
 /// in `f32` or through int8 / bf16 products ([`Quantization`]), and in training (autodiff
 /// tensors) in `f32` or, with `train_bf16`, through bf16 products with `f32` sums (forward
-/// and both backward products; the parameters stay `f32`).
+/// and both backward products; the parameters stay `f32`); on a cubecl device (`wgpu`,
+/// `vulkan`, `cuda`) through the matrix-product routine `gpu_matmul`, at inference and in
+/// training.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Products {
     /// The inference products.
     pub(crate) inference: Quantization,
     /// Whether training computes the products in bf16.
     pub(crate) train_bf16: bool,
+    /// The routine of the products on a cubecl device.
+    pub(crate) gpu_matmul: MatmulRoutine,
 }
 
 /// Weights a kernel prepares from a module's parameters (the attention's fused projections,
@@ -190,6 +244,15 @@ fn linear_act<const D: usize>(
     x: Tensor<D>,
     act: Activation,
 ) -> Tensor<D> {
+    let x = match try_routed(layer, x, slot.products().gpu_matmul) {
+        Ok(y) => {
+            return match act {
+                Activation::Identity => y,
+                Activation::Gelu => gelu(y),
+            };
+        }
+        Err(x) => x,
+    };
     let x = if x.device().is_autodiff() {
         match slot.train_float() {
             Float::F32 => x,

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use infembed::{Device, DeviceSpec, Precision, Quantization};
+use infembed::{Device, DeviceSpec, MatmulRoutine, Precision, Quantization};
 
 /// Where a command's model runs.
 #[derive(Args, Clone, Debug)]
@@ -25,6 +25,11 @@ pub struct DeviceArgs {
     /// kernel launches per text; docs/devices.md); the CPU does not.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: Option<u32>,
+    /// The matrix-product routine of the linear layers on a GPU device: `burn` (the default)
+    /// or one of cubek's by the name `infembed devices --probe-matmul` times it under
+    /// (`double_unit`, `simple_cyclic_cmma`, ...; docs/devices.md).
+    #[arg(long, value_parser = parse_matmul)]
+    pub matmul: Option<MatmulRoutine>,
 }
 
 impl DeviceArgs {
@@ -33,10 +38,13 @@ impl DeviceArgs {
         Ok(self.device.device_with(self.dtype)?)
     }
 
-    /// Applies `--quantize` and `--batch-size` to a loaded encoder.
+    /// Applies `--quantize`, `--batch-size` and `--matmul` to a loaded encoder.
     pub fn apply(&self, encoder: &mut infembed::encoder::DualEncoder) -> Result<()> {
         if let Some(q) = self.quantize {
             encoder.set_quantization(q)?;
+        }
+        if let Some(r) = self.matmul {
+            encoder.set_gpu_matmul(r)?;
         }
         if let Some(n) = self.batch_size {
             encoder.set_encode_batch_size(n as usize);
@@ -69,6 +77,11 @@ impl TrainDeviceArgs {
 }
 
 fn parse_device(text: &str) -> std::result::Result<DeviceSpec, String> {
+    text.parse()
+        .map_err(|e: infembed::encoder::Error| e.to_string())
+}
+
+pub(crate) fn parse_matmul(text: &str) -> std::result::Result<MatmulRoutine, String> {
     text.parse()
         .map_err(|e: infembed::encoder::Error| e.to_string())
 }

@@ -25,6 +25,11 @@ pub struct TrainArgs {
     /// and optimizer; docs/training.md).
     #[arg(long, value_parser = super::device::parse_precision)]
     dtype: Option<infembed::Precision>,
+    /// The matrix-product routine of the linear layers on a GPU device (overrides the
+    /// config's `matmul`): `burn` (the default) or one of cubek's, as `infembed devices
+    /// --probe-matmul` names them (docs/devices.md).
+    #[arg(long, value_parser = super::device::parse_matmul)]
+    matmul: Option<infembed::MatmulRoutine>,
 }
 
 pub fn run(args: &TrainArgs) -> Result<()> {
@@ -34,6 +39,9 @@ pub fn run(args: &TrainArgs) -> Result<()> {
     }
     if let Some(dtype) = args.dtype {
         config.dtype = Some(dtype);
+    }
+    if let Some(routine) = args.matmul {
+        config.matmul = Some(routine);
     }
     // again after the overrides (validation is pure: a second pass over a config the file
     // already validated changes nothing)

@@ -1,0 +1,387 @@
+//! Linear layers whose products run a chosen cubek routine ([`MatmulRoutine`]) on the cubecl
+//! devices (`wgpu`, `vulkan`, `cuda`; not a `fusion` build, whose tensors are fusion handles).
+//!
+//! [`try_linear`] computes `x W + b` with the product `x W` launched through cubek's routine
+//! instead of burn's `matmul`; on an autodiff device it registers its own backward step, whose
+//! two products (`dx = g Wᵀ`, `dW = xᵀ g`, the transposes read as strided views) run the same
+//! routine. The bias and the activation stay burn's ops. A product that cubek declines for the
+//! routine (a tensor-core routine without tensor cores for the operands' type, a layout it does
+//! not take), or fails to set up, is computed by burn's `matmul` instead, and said once in the
+//! log: every routine gives burn's results to float rounding.
+
+use std::collections::HashSet;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+#[cfg(test)]
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::{Autodiff, Cube};
+use burn::nn::Linear;
+use burn::prelude::*;
+use burn::tensor::DType;
+use cubecl::ir::{ElemType, FloatKind};
+use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError};
+use cubek::matmul::strategy::Strategy;
+use cubek::std::InputBinding;
+
+use crate::device::panic_message;
+use crate::routine::MatmulRoutine;
+
+/// A float tensor of the cubecl backend.
+type CubeTensor = <Cube as burn::backend::BackendTypes>::FloatTensorPrimitive;
+
+/// Why a routine's launch did not happen.
+#[derive(Debug)]
+pub(crate) enum LaunchError {
+    /// cubek declined the routine or failed to set it up (its reason).
+    Setup(MatmulSetupError),
+    /// The operands are not cubecl tensors of a float type cubek multiplies.
+    Operands(String),
+}
+
+/// The element types cubek computes a product of `dtype` operands in (the operands' and the
+/// output's type; cubek chooses the rest, f32 sums), or `None` for a type it has no float
+/// product of.
+pub(crate) fn elems(dtype: DType) -> Option<MatmulElems> {
+    let kind = match dtype {
+        DType::F32 => FloatKind::F32,
+        DType::F16 => FloatKind::F16,
+        DType::BF16 => FloatKind::BF16,
+        _ => return None,
+    };
+    let t = ElemType::Float(kind);
+    Some(MatmulElems::from_globals(&MatmulGlobalElems {
+        lhs: t,
+        rhs: t,
+        out: t,
+    }))
+}
+
+/// Launches `lhs · rhs` through `strategy` into a new tensor of `lhs`'s type, on `lhs`'s
+/// device (plain cubecl tensors; strided views such as transposes are read in place).
+///
+/// # Shapes
+/// - `lhs`: `[B, M, K]`
+/// - `rhs`: `[B, K, N]`
+/// - output: `[B, M, N]`
+pub(crate) fn launch(
+    strategy: &Strategy,
+    lhs: &Tensor<3>,
+    rhs: &Tensor<3>,
+) -> Result<Tensor<3>, LaunchError> {
+    let [b, m, k] = lhs.dims();
+    let [rb, rk, n] = rhs.dims();
+    if (rb, rk) != (b, k) || rhs.dtype() != lhs.dtype() {
+        return Err(LaunchError::Operands(format!(
+            "[{b}, {m}, {k}] ({:?}) times [{rb}, {rk}, {n}] ({:?})",
+            lhs.dtype(),
+            rhs.dtype()
+        )));
+    }
+    let Some(mut dtypes) = elems(lhs.dtype()) else {
+        return Err(LaunchError::Operands(format!(
+            "no cubek product of {:?}",
+            lhs.dtype()
+        )));
+    };
+    let cube = |t: &Tensor<3>| {
+        t.clone()
+            .try_into_primitive::<Cube>()
+            .map_err(|e| LaunchError::Operands(format!("not a cubecl tensor: {e:?}")))
+    };
+    let (l, r) = (cube(lhs)?, cube(rhs)?);
+    let out = Tensor::<3>::empty([b, m, n], (&lhs.device(), lhs.dtype()));
+    let o = cube(&out)?;
+    let client = o.client.clone();
+    cubek::matmul::launch::launch_ref(
+        strategy,
+        &client,
+        InputBinding::new(l.binding(), dtypes.lhs_global),
+        InputBinding::new(r.binding(), dtypes.rhs_global),
+        o.binding(),
+        &mut dtypes,
+    )
+    .map_err(LaunchError::Setup)?;
+    Ok(out)
+}
+
+/// How many products fell back to burn's `matmul` (for the tests).
+#[cfg(test)]
+static FALLBACKS: AtomicUsize = AtomicUsize::new(0);
+
+/// Says once per routine and reason that burn's `matmul` computes what the routine did not.
+fn note_fallback(routine: MatmulRoutine, reason: &str) {
+    static SAID: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let key = format!("{routine}: {reason}");
+    #[cfg(test)]
+    FALLBACKS.fetch_add(1, Ordering::SeqCst);
+    let mut said = SAID.lock().unwrap_or_else(PoisonError::into_inner);
+    if said.get_or_insert_with(HashSet::new).insert(key) {
+        log::warn!("matmul routine {routine} did not run ({reason}); burn's matmul computes it");
+    }
+}
+
+/// `lhs · rhs` through `routine`, or through burn's `matmul` where cubek does not run it.
+///
+/// # Shapes
+/// - `lhs`: `[B, M, K]`
+/// - `rhs`: `[B, K, N]`
+/// - output: `[B, M, N]`
+fn product(
+    routine: MatmulRoutine,
+    strategy: &Strategy,
+    lhs: Tensor<3>,
+    rhs: Tensor<3>,
+) -> Tensor<3> {
+    let reason = match catch_unwind(AssertUnwindSafe(|| launch(strategy, &lhs, &rhs))) {
+        Ok(Ok(out)) => return out,
+        Ok(Err(LaunchError::Setup(e))) => format!("{e}"),
+        Ok(Err(LaunchError::Operands(e))) => e,
+        Err(p) => panic_message(&p),
+    };
+    note_fallback(routine, &reason);
+    lhs.matmul(rhs)
+}
+
+/// A plain cubecl primitive as a tensor.
+fn plain(t: CubeTensor) -> Tensor<3> {
+    Tensor::from_primitive::<Cube>(t)
+}
+
+/// A plain tensor back to its cubecl primitive (every tensor made here from cubecl ones is).
+fn primitive(t: Tensor<3>) -> CubeTensor {
+    t.try_into_primitive::<Cube>()
+        .expect("products of cubecl tensors are cubecl tensors")
+}
+
+/// `act(x W + b)`'s product `x W` (and, on an autodiff device, its two backward products)
+/// through `routine`, when `routine` is one of cubek's and `x` and the layer's weight are
+/// float tensors of one type on a cubecl device; anything else is handed back as `Err(x)`.
+/// The bias is added by burn's op.
+///
+/// # Shapes
+/// - `x`: `[..., d_input]`
+/// - output: `[..., d_output]`
+pub(crate) fn try_linear<const D: usize>(
+    layer: &Linear,
+    x: Tensor<D>,
+    routine: MatmulRoutine,
+) -> Result<Tensor<D>, Tensor<D>> {
+    let Some(strategy) = routine.strategy() else {
+        return Err(x);
+    };
+    let w = layer.weight.val();
+    let [d_in, d_out] = w.dims();
+    let dims = x.dims();
+    if w.dtype() != x.dtype() || elems(x.dtype()).is_none() || dims[D - 1] != d_in {
+        return Err(x); // burn's op computes it, or names the mismatch
+    }
+    let rows = dims[..D - 1].iter().product();
+    let x3 = x.clone().reshape([1, rows, d_in]);
+    let w3 = w.unsqueeze::<3>();
+    let y = if x.device().is_autodiff() {
+        tracked(routine, &strategy, x3, w3)
+    } else if x3.clone().try_into_primitive::<Cube>().is_ok() {
+        Some(product(routine, &strategy, x3, w3))
+    } else {
+        None
+    };
+    let Some(y) = y else {
+        return Err(x);
+    };
+    let mut out = dims;
+    out[D - 1] = d_out;
+    let y = y.reshape(out);
+    Ok(match &layer.bias {
+        Some(b) => y + b.val().unsqueeze(),
+        None => y,
+    })
+}
+
+/// The product on an autodiff graph of cubecl tensors, with [`RoutedMatmul`]'s backward step;
+/// `None` when the operands are not on one.
+fn tracked(
+    routine: MatmulRoutine,
+    strategy: &Strategy,
+    x: Tensor<3>,
+    w: Tensor<3>,
+) -> Option<Tensor<3>> {
+    let (Ok(xp), Ok(wp)) = (
+        x.try_into_primitive::<Autodiff<Cube>>(),
+        w.try_into_primitive::<Autodiff<Cube>>(),
+    ) else {
+        return None;
+    };
+    let (lhs, rhs) = (xp.primitive().clone(), wp.primitive().clone());
+    let forward = |l: &CubeTensor, r: &CubeTensor| {
+        primitive(product(
+            routine,
+            strategy,
+            plain(l.clone()),
+            plain(r.clone()),
+        ))
+    };
+    let out = match RoutedMatmul(routine)
+        .prepare::<NoCheckpointing>([xp.node(), wp.node()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let y = forward(&lhs, &rhs);
+            prep.finish((lhs, rhs), y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(forward(&lhs, &rhs)),
+    };
+    Some(Tensor::from_primitive::<Autodiff<Cube>>(out))
+}
+
+/// The backward step of a routed product `y = a b`: `da = g bᵀ`, `db = aᵀ g`, each through
+/// the same routine (the state holds `a` and `b`).
+#[derive(Debug)]
+struct RoutedMatmul(MatmulRoutine);
+
+impl Backward<Cube, 2> for RoutedMatmul {
+    type State = (CubeTensor, CubeTensor);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let routine = self.0;
+        let strategy = routine
+            .strategy()
+            .expect("a routed product has a cubek routine");
+        let g = plain(grads.consume::<Cube>(&ops.node));
+        let [pa, pb] = ops.parents;
+        let (a, b) = ops.state;
+        if let Some(node) = pa {
+            let da = product(routine, &strategy, g.clone(), plain(b).swap_dims(1, 2));
+            grads.register::<Cube>(node.id, primitive(da));
+        }
+        if let Some(node) = pb {
+            let db = product(routine, &strategy, plain(a).swap_dims(1, 2), g);
+            grads.register::<Cube>(node.id, primitive(db));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::module::Param;
+    use burn::nn::LinearConfig;
+    use burn::tensor::Distribution;
+
+    use crate::device::DeviceSpec;
+
+    fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+        t.into_data().convert::<f32>().try_to_vec().unwrap()
+    }
+
+    fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len());
+        let scale = a.iter().fold(f32::MIN_POSITIVE, |m, x| m.max(x.abs()));
+        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+    }
+
+    /// A linear layer (with bias) on `device` with the weights of `source` (parameters that
+    /// take gradients on an autodiff device).
+    fn on_device(source: &Linear, device: &Device) -> Linear {
+        let mut layer = source.clone();
+        layer.weight =
+            Param::from_tensor(Tensor::from_data(source.weight.val().into_data(), device));
+        layer.bias = source
+            .bias
+            .as_ref()
+            .map(|b| Param::from_tensor(Tensor::from_data(b.val().into_data(), device)));
+        layer
+    }
+
+    /// On wgpu (Mesa's software driver in CI), cubek's double-buffered SIMT routine runs the
+    /// products (none falls back to burn's; burn's own choice is the simple one) and give burn's `Linear::forward` at inference and, in
+    /// training, the gradients of the input, the weight and the bias (of `sum(y * r)` for a
+    /// fixed random `r`) that burn's ops give; a tensor-core routine does too, through burn's
+    /// matmul where the driver has no tensor cores. The CPU and `burn` are not routed.
+    #[test]
+    fn routed_linear_equals_burns_linear_forward_and_backward() {
+        let gpu = match DeviceSpec::Wgpu(None).device() {
+            Ok(d) => d,
+            Err(e) => {
+                return infembed_testkit::wgpu_missing(
+                    "routed_linear_equals_burns_linear_forward_and_backward",
+                    &e,
+                )
+                .unwrap_or(());
+            }
+        };
+        let cpu = Device::flex();
+        let cpu_layer = LinearConfig::new(48, 40).init(&cpu);
+        let layer = on_device(&cpu_layer, &gpu);
+        let x = Tensor::<3>::random([3, 7, 48], Distribution::Normal(0.0, 1.0), &gpu);
+        let r = Tensor::<3>::random([3, 7, 40], Distribution::Normal(0.0, 1.0), &gpu);
+        let reference = values(layer.forward(x.clone()));
+        let ad = gpu.clone().autodiff();
+        let grads_of = |routine: MatmulRoutine| {
+            let layer = on_device(&cpu_layer, &ad);
+            let x = Tensor::<3>::from_data(x.clone().into_data(), &ad).require_grad();
+            let y = if routine.is_burn() {
+                layer.forward(x.clone())
+            } else {
+                try_linear(&layer, x.clone(), routine).expect("a wgpu f32 tensor is routed")
+            };
+            let r = Tensor::<3>::from_data(r.clone().into_data(), &ad);
+            let grads = (y * r).sum().backward();
+            [
+                values(x.grad(&grads).expect("the input's gradient")),
+                values(layer.weight.grad(&grads).expect("the weight's")),
+                values(
+                    layer
+                        .bias
+                        .as_ref()
+                        .unwrap()
+                        .grad(&grads)
+                        .expect("the bias'"),
+                ),
+            ]
+        };
+        let burn_grads = grads_of(MatmulRoutine::BURN);
+        let no_tensor_cores = Tensor::<1>::zeros([1], &gpu)
+            .try_into_primitive::<Cube>()
+            .expect("a cubecl tensor")
+            .client
+            .properties()
+            .features
+            .matmul
+            .cmma
+            .is_empty();
+        for name in ["double_unit", "simple_cyclic_cmma"] {
+            let routine: MatmulRoutine = name.parse().unwrap();
+            let before = FALLBACKS.load(Ordering::SeqCst);
+            let y = try_linear(&layer, x.clone(), routine).expect("a wgpu f32 tensor is routed");
+            let diff = max_rel_diff(&reference, &values(y));
+            assert!(diff < 1e-5, "{name}: the output differs by {diff}");
+            let routed = grads_of(routine);
+            for (what, a, b) in ["input", "weight", "bias"]
+                .iter()
+                .zip(burn_grads.iter().zip(&routed))
+                .map(|(w, (a, b))| (w, a, b))
+            {
+                let diff = max_rel_diff(a, b);
+                assert!(
+                    diff < 1e-5,
+                    "{name}: the {what}'s gradient differs by {diff}"
+                );
+            }
+            let fell_back = FALLBACKS.load(Ordering::SeqCst) > before;
+            if !name.contains("cmma") {
+                assert!(!fell_back, "{name}: a product fell back to burn's matmul");
+            } else if no_tensor_cores {
+                assert!(fell_back, "{name} ran without tensor cores");
+            }
+        }
+        let cpu_x = Tensor::<3>::from_data(x.clone().into_data(), &cpu);
+        assert!(try_linear(&cpu_layer, cpu_x, "double_unit".parse().unwrap()).is_err());
+        assert!(try_linear(&layer, x, MatmulRoutine::BURN).is_err());
+    }
+}

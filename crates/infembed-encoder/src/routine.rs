@@ -1,0 +1,257 @@
+//! Which matrix-product routine computes the linear layers on a GPU device
+//! ([`MatmulRoutine`]).
+//!
+//! burn 0.22 (without its `autotune` feature) sends every product to cubek's `Strategy::Auto`,
+//! which took cubek's plain SIMT kernel for each of the encoder's products on an H100 through
+//! Vulkan, at about a tenth of the GPU's f32 rate (docs/devices.md, "Where a GPU step goes").
+//! `infembed devices --probe-matmul` times every routine of cubek 0.3 on those products; this
+//! setting sends the linear layers' products (forward and, in training, both backward
+//! products) to the routine it names, so the fastest one can be used without rebuilding. The
+//! names are the probe's.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::{Error, Result};
+
+/// The routines by name, in the probe's order: burn's own `matmul` (what burn chooses), cubek's
+/// `auto`, its SIMT routines, then its tensor-core ones (`cmma`: cooperative matrices, `mma`:
+/// plane matrix instructions), as burn's autotuner lists them.
+const NAMES: [&str; 20] = [
+    "burn",
+    "auto",
+    "simple_unit",
+    "double_unit",
+    "simple_unit_min_tile",
+    "double_unit_min_tile",
+    "gemm",
+    "naive",
+    "simple_cyclic_cmma",
+    "simple_cyclic_cmma_multi_rows",
+    "double_cyclic_cmma",
+    "double_cyclic_cmma_specialized",
+    "ordered_double_cmma_rows4",
+    "ordered_double_cmma_rows8",
+    "simple_cyclic_mma",
+    "simple_cyclic_mma_multi_rows",
+    "double_cyclic_mma",
+    "double_cyclic_mma_specialized",
+    "ordered_double_mma_rows4",
+    "ordered_double_mma_rows8",
+];
+
+/// The matrix-product routine of a GPU device's linear layers: `burn` (the default: burn's own
+/// `matmul`, which asks cubek to choose), or one of cubek 0.3's routines by the name that
+/// `infembed devices --probe-matmul` reports it under (`double_unit`,
+/// `simple_cyclic_cmma`, ...; [`MatmulRoutine::all`]).
+///
+/// A routine that cubek declines for a product (a tensor-core routine on a device without
+/// tensor cores for the operands' type, a layout it does not take) leaves that product to
+/// burn's `matmul`, so every routine gives the default's results to float rounding. The CPU
+/// and `fusion` builds have their own products and take only `burn`.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct MatmulRoutine(u8);
+
+impl MatmulRoutine {
+    /// burn's own `matmul` (the default).
+    pub const BURN: Self = Self(0);
+
+    /// Every routine, in the probe's order (`burn` first).
+    pub fn all() -> impl Iterator<Item = Self> {
+        (0..NAMES.len() as u8).map(Self)
+    }
+
+    /// Its name, as the command line, configs and the probe spell it.
+    pub fn name(self) -> &'static str {
+        NAMES[usize::from(self.0)]
+    }
+
+    /// Whether this is burn's own `matmul` (no routing).
+    pub fn is_burn(self) -> bool {
+        self == Self::BURN
+    }
+
+    /// cubek's strategy for this routine (`None` for burn's own `matmul`).
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    pub(crate) fn strategy(self) -> Option<cubek::matmul::strategy::Strategy> {
+        use cubek::matmul::multi_level::Strategy as Routine;
+        use cubek::matmul::multi_level::components::tile::TileMatmulKind;
+        use cubek::matmul::multi_level::routines::TileSizeSelection;
+        use cubek::matmul::multi_level::routines::batch::double_buffering::DoubleBufferingArgs;
+        use cubek::matmul::multi_level::routines::batch::double_unit::DoubleUnitSelectionArgs;
+        use cubek::matmul::multi_level::routines::batch::ordered_double_buffering::OrderedSelectionArgs;
+        use cubek::matmul::multi_level::routines::batch::simple::SimpleArgs;
+        use cubek::matmul::multi_level::routines::batch::simple_unit::SimpleUnitSelectionArgs;
+        use cubek::matmul::routine::BlueprintStrategy::Inferred;
+        use cubek::matmul::strategy::Strategy;
+
+        let name = self.name();
+        if name == "burn" {
+            return None;
+        }
+        if name == "auto" {
+            return Some(Strategy::Auto);
+        }
+        let tile_size = if name.ends_with("_min_tile") {
+            TileSizeSelection::MinTileSize
+        } else {
+            TileSizeSelection::MaxTileSize
+        };
+        let kind = if name.contains("_mma") {
+            TileMatmulKind::Mma
+        } else {
+            TileMatmulKind::Cmma
+        };
+        let cmma = kind == TileMatmulKind::Cmma;
+        let simple = |multi_rows| {
+            Inferred(SimpleArgs {
+                tile_matmul: kind,
+                multi_rows,
+            })
+        };
+        let double = |specialized| {
+            Inferred(DoubleBufferingArgs {
+                tile_matmul: kind,
+                specialized,
+            })
+        };
+        let ordered = |row_count| {
+            Inferred(OrderedSelectionArgs {
+                tile_matmul: kind,
+                partition_k: Some(2),
+                row_count: Some(row_count),
+                rows_per_plane: Some(2),
+            })
+        };
+        let routine = match name.trim_end_matches("_min_tile") {
+            "simple_unit" => Routine::SimpleUnit(Inferred(SimpleUnitSelectionArgs { tile_size })),
+            "double_unit" => Routine::DoubleUnit(Inferred(DoubleUnitSelectionArgs { tile_size })),
+            "gemm" => Routine::Gemm(Inferred(Default::default())),
+            "naive" => Routine::Naive,
+            n if n.starts_with("simple_cyclic") => {
+                let args = simple(n.ends_with("_multi_rows"));
+                if cmma {
+                    Routine::SimpleCyclicCmma(args)
+                } else {
+                    Routine::SimpleCyclicMma(args)
+                }
+            }
+            n if n.starts_with("double_cyclic") => {
+                let args = double(n.ends_with("_specialized"));
+                if cmma {
+                    Routine::DoubleCyclicCmma(args)
+                } else {
+                    Routine::DoubleCyclicMma(args)
+                }
+            }
+            n => {
+                let args = ordered(if n.ends_with("rows4") { 4 } else { 8 });
+                if cmma {
+                    Routine::OrderedDoubleCmma(args)
+                } else {
+                    Routine::OrderedDoubleMma(args)
+                }
+            }
+        };
+        Some(Strategy::MultiLevel(routine))
+    }
+}
+
+impl fmt::Debug for MatmulRoutine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MatmulRoutine({})", self.name())
+    }
+}
+
+impl fmt::Display for MatmulRoutine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for MatmulRoutine {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Self::all()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| Error::UnknownName {
+                what: "matmul routine",
+                name: s.to_string(),
+                expected: format!(
+                    "one of {} (`infembed devices --probe-matmul` times them)",
+                    NAMES.join(", ")
+                ),
+            })
+    }
+}
+
+impl Serialize for MatmulRoutine {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for MatmulRoutine {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_refused() {
+        let names: Vec<&str> = MatmulRoutine::all().map(MatmulRoutine::name).collect();
+        assert_eq!(names.len(), NAMES.len());
+        for r in MatmulRoutine::all() {
+            assert_eq!(r.name().parse::<MatmulRoutine>().unwrap(), r);
+            let json = serde_json::to_string(&r).unwrap();
+            assert_eq!(serde_json::from_str::<MatmulRoutine>(&json).unwrap(), r);
+        }
+        assert_eq!(MatmulRoutine::default(), MatmulRoutine::BURN);
+        assert!(MatmulRoutine::default().is_burn());
+        let err = "double-unit"
+            .parse::<MatmulRoutine>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("matmul routine") && err.contains("double_unit"),
+            "{err}"
+        );
+    }
+
+    /// Every name but `burn` maps to a cubek strategy of its own family (cubek's display name
+    /// starts with it) and its own arguments (no two display names are equal).
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    #[test]
+    fn every_name_maps_to_its_own_strategy() {
+        assert!(MatmulRoutine::BURN.strategy().is_none());
+        let mut shown = std::collections::HashSet::new();
+        for r in MatmulRoutine::all().skip(1) {
+            let s = r
+                .strategy()
+                .unwrap_or_else(|| panic!("{r} has no strategy"));
+            let display = s.to_string();
+            let family = [
+                "_min_tile",
+                "_multi_rows",
+                "_specialized",
+                "_rows4",
+                "_rows8",
+            ]
+            .iter()
+            .fold(r.name(), |n, suffix| n.trim_end_matches(suffix));
+            assert!(
+                display.trim_start_matches("matmul_").starts_with(family),
+                "{r}: cubek's strategy is {display}"
+            );
+            assert!(shown.insert(display.clone()), "{r}: {display} twice");
+        }
+    }
+}
