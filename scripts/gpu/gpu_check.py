@@ -381,7 +381,9 @@ def cmd_embed_log(args):
     text = open(args.file, encoding="utf-8", errors="replace").read()
     m = EMBED_RE.findall(text)
     if not m:
-        print(json.dumps({"encode_seconds": None, "wall_seconds": args.wall}))
+        out = {"encode_seconds": None, "wall_seconds": args.wall}
+        _apply_sets(out, args.set)  # a failed run keeps its labels (a routine, a batch size)
+        print(json.dumps(out))
         return 1
     n, _, d, s = m[-1]
     s = float(s)

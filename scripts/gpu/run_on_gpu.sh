@@ -137,10 +137,11 @@ for g in "${only_list[@]}"; do
 done
 IFS=, read -r -a routine_list <<<"$ROUTINES"
 [ "${#routine_list[@]}" -gt 0 ] || die "--routines needs at least one routine"
-for r in "${routine_list[@]}" $MATMUL; do
+for r in "${routine_list[@]}" ${MATMUL:+"$MATMUL"}; do
     [[ "$r" =~ ^[a-z0-9_]+$ ]] || die "--routines/--matmul: routine names are lower-case words with _, not '$r'"
 done
-# `--matmul R` for infembed's runs on the device (none on the CPU, which refuses it)
+# `--matmul R` for infembed's runs on the device (the CPU refuses it)
+[ -z "$MATMUL" ] || [ "$DEVICE" != cpu ] || die "--matmul is for GPU devices; the CPU computes its own products"
 mm=()
 [ -z "$MATMUL" ] || mm=(--matmul "$MATMUL")
 IFS=, read -r -a batch_sizes <<<"$BATCH_SIZES"

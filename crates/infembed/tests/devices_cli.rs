@@ -360,6 +360,43 @@ fn embed_through_a_chosen_matmul_routine_equals_the_cpu() {
     );
 }
 
+/// `matmul = "naive"` in a training config: two optimizer steps of the tiny BERT on wgpu run
+/// their linear layers' products (forward and backward) in cubek's naive kernel, which
+/// cubecl's own kernel log shows, and save the model.
+#[test]
+fn training_through_a_chosen_matmul_routine_launches_its_kernel() {
+    if !wgpu_available("training_through_a_chosen_matmul_routine_launches_its_kernel") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("train.toml");
+    let text = format!(
+        "model = {model:?}\noutput_dir = {out:?}\nseed = 1\nepochs = 1\nmax_steps = 2\n\
+         matmul = \"naive\"\n\n[data]\ntrain = {data:?}\n\n[encoder]\nquery_max_length = 48\n\
+         passage_max_length = 64\n\n[batch]\nrecords = 2\n\n[eval]\nat_start = false\n",
+        model = tiny_bert(),
+        out = dir.path().join("run"),
+        data = root().join("examples/data/tiny-train.jsonl"),
+    );
+    std::fs::write(&config, text).unwrap();
+    let log = dir.path().join("kernels.log");
+    ok(&run(bin()
+        .args(["train", "--config"])
+        .arg(&config)
+        .args(["--device", "wgpu", "--progress", "plain"])
+        .env("CUBECL_DEBUG_LOG", &log)
+        .env("CUBECL_DEBUG_OPTION", "profile")));
+    let kernels = std::fs::read_to_string(&log).expect("cubecl's kernel log");
+    assert!(
+        kernels.contains("batch::naive::"),
+        "no naive matmul kernel in cubecl's log of the training run"
+    );
+    assert!(
+        dir.path().join("run/final").is_dir(),
+        "the trained model was saved"
+    );
+}
+
 #[test]
 fn the_matmul_probe_needs_a_gpu_device_and_says_so_in_one_line() {
     let out = run(bin().args(["devices", "--probe-matmul", "cpu"]));

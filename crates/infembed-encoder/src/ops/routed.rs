@@ -184,7 +184,12 @@ pub(crate) fn try_linear<const D: usize>(
     let x3 = x.clone().reshape([1, rows, d_in]);
     let w3 = w.unsqueeze::<3>();
     let y = if x.device().is_autodiff() {
-        tracked(routine, &strategy, x3, w3)
+        let y = tracked(routine, &strategy, x3, w3);
+        if y.is_none() && crate::ops::routes_on(&x.device()) {
+            // a cubecl device whose autodiff graph checkpoints: not this step's backend type
+            note_fallback(routine, "an autodiff graph with gradient checkpointing");
+        }
+        y
     } else if x3.clone().try_into_primitive::<Cube>().is_ok() {
         Some(product(routine, &strategy, x3, w3))
     } else {
