@@ -325,6 +325,17 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// The largest absolute difference of `a` and `b`, relative to the largest magnitude in `a`
+/// (at least `f32::MIN_POSITIVE`), for comparing a result with its reference.
+///
+/// # Panics
+/// When the slices' lengths differ.
+pub fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "different lengths");
+    let scale = a.iter().fold(f32::MIN_POSITIVE, |m, x| m.max(x.abs()));
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -171,18 +171,11 @@ mod tests {
     use burn::optim::{AdamWConfig, Optimizer};
     use burn::tensor::{Device, TensorData};
     use infembed_encoder::DeviceSpec;
+    use infembed_testkit::max_rel_diff;
     use rand::{Rng, SeedableRng};
 
     fn values(t: &Tensor<2>) -> Vec<f32> {
         t.clone().into_data().convert::<f32>().try_to_vec().unwrap()
-    }
-
-    fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
-        let scale = a
-            .iter()
-            .fold(0f32, |m, x| m.max(x.abs()))
-            .max(f32::MIN_POSITIVE);
-        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
     }
 
     /// Four steps of the fused update on wgpu (Mesa's software driver in CI) against

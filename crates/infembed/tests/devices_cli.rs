@@ -27,6 +27,16 @@ fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The one non-empty line of a failed command's stderr (asserting that it failed and said
+/// exactly one line).
+fn one_error_line(out: &Output) -> String {
+    assert!(!out.status.success(), "the command succeeded");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    lines[0].to_string()
+}
+
 fn root() -> PathBuf {
     infembed_testkit::workspace_root()
 }
@@ -86,15 +96,8 @@ fn a_device_not_compiled_in_or_malformed_is_a_one_line_error() {
     };
     let cuda = DeviceSpec::Cuda(Some(0));
     if !cuda.is_compiled() {
-        let out = embed("--device", "cuda:0");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-        assert!(!out.status.success());
-        assert_eq!(lines.len(), 1, "{stderr}");
-        assert!(
-            lines[0].contains("cuda:0") && lines[0].contains("`cuda`"),
-            "{stderr}"
-        );
+        let line = one_error_line(&embed("--device", "cuda:0"));
+        assert!(line.contains("cuda:0") && line.contains("`cuda`"), "{line}");
         assert!(!out_file.exists(), "nothing is written");
     }
     let out = embed("--device", "tpu");
@@ -334,15 +337,8 @@ fn embed_through_a_chosen_matmul_routine_equals_the_cpu() {
         &input,
         &dir.path().join("c.npy"),
     );
-    let out = run(on_cpu.args(["--matmul", "naive"]));
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{stderr}");
-    assert!(
-        lines[0].contains("naive") && lines[0].contains("GPU"),
-        "{stderr}"
-    );
+    let line = one_error_line(&run(on_cpu.args(["--matmul", "naive"])));
+    assert!(line.contains("naive") && line.contains("GPU"), "{line}");
     assert!(!dir.path().join("c.npy").exists());
     let mut unknown = embed_command(
         "wgpu",
@@ -400,10 +396,7 @@ fn training_through_a_chosen_matmul_routine_launches_its_kernel() {
 #[test]
 fn the_matmul_probe_needs_a_gpu_device_and_says_so_in_one_line() {
     let out = run(bin().args(["devices", "--probe-matmul", "cpu"]));
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{stderr}");
+    let line = one_error_line(&out);
     let feature = if !DeviceSpec::Wgpu(None).is_compiled() {
         "`wgpu`"
     } else if cfg!(feature = "fusion") {
@@ -411,7 +404,7 @@ fn the_matmul_probe_needs_a_gpu_device_and_says_so_in_one_line() {
     } else {
         "GPU devices"
     };
-    assert!(lines[0].contains(feature), "{stderr}");
+    assert!(line.contains(feature), "{line}");
     assert!(out.stdout.is_empty(), "no listing is printed");
 }
 

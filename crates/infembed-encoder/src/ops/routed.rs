@@ -277,17 +277,12 @@ mod tests {
     use burn::module::Param;
     use burn::nn::LinearConfig;
     use burn::tensor::Distribution;
+    use infembed_testkit::max_rel_diff;
 
     use crate::device::DeviceSpec;
 
     fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
         t.into_data().convert::<f32>().try_to_vec().unwrap()
-    }
-
-    fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
-        assert_eq!(a.len(), b.len());
-        let scale = a.iter().fold(f32::MIN_POSITIVE, |m, x| m.max(x.abs()));
-        a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
     }
 
     /// A linear layer (with bias) on `device` with the weights of `source` (parameters that
