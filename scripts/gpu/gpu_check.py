@@ -13,6 +13,8 @@ Subcommands (each prints JSON on stdout where it has a result):
     compare A.npy B.npy       max abs difference of two embedding matrices (exit 1 over
                               --threshold); checks FILE.ids.txt orders when both exist
     embed-log FILE            parses `infembed embed`'s "embedded N passages ... in X s"
+    best-routine FILE...      the fastest routine of the routine sweep's embed-log records
+                              whose embeddings agreed with the CPU's (--limit); exit 1 if none
     kernel-profile LOG        sums cubecl's profiling log (CUBECL_DEBUG_OPTION=profile) per
                               kernel: launches, device time, share, the matmul kinds used
     train-log FILE            parses `infembed train`'s "done: N optimizer steps, R rows/s" and
@@ -436,7 +438,9 @@ def summarize_profile(lines, top=15):
     for g in ranked:
         g["share"] = g["total_ms"] / total if total > 0 else None
         g["mean_us"] = 1e3 * g["total_ms"] / g["launches"]
-    matmuls = [g for g in ranked if g["kernel"].startswith("MatmulEntry")]
+    # cubek's products (`MatmulEntry | ...`) and this project's `--matmul blocked` kernel
+    matmuls = [g for g in ranked
+               if g["kernel"].startswith("MatmulEntry") or g["kernel"] == "BlockedMatmul"]
     return {
         "launches": launches,
         "kernels": len(groups),
@@ -715,6 +719,27 @@ def _routine_digest(rec):
     return rows or None
 
 
+def cmd_best_routine(args):
+    best = None
+    for path in args.files:
+        try:
+            r = json.loads(open(path, encoding="utf-8").read())
+        except (OSError, ValueError):
+            continue
+        vs = r.get("vs_cpu") if isinstance(r.get("vs_cpu"), dict) else {}
+        diff, rate = vs.get("max_abs_diff"), r.get("passages_per_s")
+        # a fast wrong answer is not a candidate, nor one whose agreement was not checked
+        if not r.get("routine") or not isinstance(rate, (int, float)) or \
+                not isinstance(diff, (int, float)) or diff > args.limit:
+            continue
+        if best is None or rate > best[1]:
+            best = (r["routine"], rate)
+    if best is None:
+        return 1
+    print(best[0])
+    return 0
+
+
 def _probe_digest(probe):
     """The matmul probe's headline: the device's tensor-core configurations, the tensor-core
     routines that ran, and per product and precision burn's time and the fastest routine whose
@@ -832,6 +857,14 @@ def cmd_report(args):
         },
         "batch_sweep_passages_per_s": _sweep_digest(stages.get("batch_sweep")),
         "routine_sweep": _routine_digest(stages.get("routine_sweep")),
+        "routine_train": {
+            "routine": get("routine_train", "routine"),
+            "seconds": get("routine_train", "seconds"),
+            "rows_per_s": get("routine_train", "rows_per_s"),
+            "step_rows_per_s_after_warmup": get("routine_train", "step_rows_per_s_after_warmup"),
+            "dev_before": get("routine_train", "dev_before"),
+            "dev_after": get("routine_train", "dev_after"),
+        } if get("routine_train", "routine") else None,
         "kernel_profile": _profile_digests(get),
         "matmul_probe": _probe_digest(get("matmul_probe", "probe")),
         "failed_stages": failed,
@@ -898,6 +931,10 @@ def main(argv=None):
     p.add_argument("--wall", type=float, help="the process's wall seconds")
     p.add_argument("--set", action="append", help="KEY=VALUE added to the record (JSON if it parses)")
     p.add_argument("--json", action="append", help="KEY=FILE: the file's JSON added under KEY")
+    p = sub.add_parser("best-routine")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--limit", type=float, default=1e-3,
+                   help="largest difference from the CPU's embeddings (default 1e-3)")
     p = sub.add_parser("train-log")
     p.add_argument("file")
     p.add_argument("--rows-per-step", type=int, help="rows of one optimizer step (default: read from the log)")
@@ -939,6 +976,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     fn = {"narrow": cmd_narrow, "widen": cmd_widen, "passages": cmd_passages,
           "compare": cmd_compare, "kernel-profile": cmd_kernel_profile, "embed-log": cmd_embed_log, "train-log": cmd_train_log,
+          "best-routine": cmd_best_routine,
           "torch-train-log": cmd_torch_train_log,
           "history": cmd_history, "patch-config": cmd_patch_config, "stage": cmd_stage,
           "report": cmd_report, "bundle-manifest": cmd_bundle_manifest}[args.cmd]

@@ -23,8 +23,8 @@
 #   --routines LIST         routines: for each routine one warm-up and one timed `infembed
 #                           embed --matmul R --batch-size 128` of the throughput set (f16 too
 #                           with --infembed-f16), and its embeddings of the parity set against
-#                           the CPU's (default burn,double_unit,double_unit_min_tile,gemm,
-#                           simple_cyclic_cmma,double_cyclic_cmma)
+#                           the CPU's (default burn,blocked,blocked_64,blocked_128,double_unit,
+#                           double_unit_min_tile,gemm,simple_cyclic_cmma,double_cyclic_cmma)
 #   --batch-sizes LIST      sweep: one `infembed embed --batch-size N` run of the throughput
 #                           set per N, after a warm-up run at each N (default 32,64,128,256);
 #                           with the torch stage also the torch baseline at each N
@@ -50,7 +50,9 @@
 # torch_fp32, torch_fp16 (CUDA only), train, torch_train (PyTorch's training step on the same
 # GPU), profile_kernels (where the device time goes, per kernel; informational), batch_sweep
 # (encoding rates by batch size; informational), routine_sweep (encoding rates and agreement
-# by matrix-product routine; informational). A failed stage is recorded in the JSON with
+# by matrix-product routine; informational), routine_train (the train stage again through the
+# sweep's fastest f32 routine that agreed with the CPU, when that is not the train stage's own;
+# informational). A failed stage is recorded in the JSON with
 # its stderr tail and the next one runs; the exit status is 1 if any stage failed.
 set -uo pipefail # no -e: each stage's failure is recorded, then the next stage runs
 
@@ -64,7 +66,7 @@ EMBED_RUNS=2
 INFEMBED_F16=0
 ONLY="probe,parity,torch,throughput,train,profile,sweep,routines"
 MATMUL=""
-ROUTINES="burn,double_unit,double_unit_min_tile,gemm,simple_cyclic_cmma,double_cyclic_cmma"
+ROUTINES="burn,blocked,blocked_64,blocked_128,double_unit,double_unit_min_tile,gemm,simple_cyclic_cmma,double_cyclic_cmma"
 BATCH_SIZES="32,64,128,256"
 PROFILE_PASSAGES=1000
 PROFILE_STEPS=10
@@ -704,6 +706,43 @@ stage_routines() {
         ${args[@]+"${args[@]}"} --out "$out_file"
 }
 
+# The quickstart's training again, through the routine sweep's fastest f32 routine whose
+# embeddings agreed with the CPU's (gpu_check.py best-routine), so that one call measures a
+# training step through it too. Informational; skipped when that routine is what the train stage
+# already used (burn's, or --matmul's) or the sweep found none.
+stage_routine_train() {
+    next_stage routine_train
+    local best rc patch_args=()
+    best="$(helper best-routine "$WORK"/routine-*-f32.json 2>/dev/null)" || best=""
+    if [ -z "$best" ] || [ "$best" = "${MATMUL:-burn}" ]; then
+        helper stage --name routine_train \
+            --skipped="the sweep's fastest agreeing routine (${best:-none}) is the train stage's own" \
+            --out "$out_file"
+        return
+    fi
+    [ -z "$TRAIN_MAX_STEPS" ] || patch_args=(--max-steps "$TRAIN_MAX_STEPS")
+    helper patch-config "$CONFIG" --out "$WORK/routine-train.toml" \
+        --output-dir "$WORK/routine-train-out" ${patch_args[@]+"${patch_args[@]}"} \
+        >/dev/null 2>"$WORK/routine-train.err"
+    rc=$?
+    SECS=0
+    if [ "$rc" = 0 ]; then
+        run routine-train "$INFEMBED" train --config "$WORK/routine-train.toml" \
+            --device "$DEVICE" --progress plain --matmul "$best"
+        rc=$RC
+    fi
+    helper train-log "$WORK/routine-train.err" >"$WORK/routine-train-log.json" 2>/dev/null
+    if [ "$rc" = 0 ]; then
+        helper history "$WORK/routine-train-out/history.json" \
+            >"$WORK/routine-train-history.json" 2>>"$WORK/routine-train.err" || rc=$?
+    fi
+    helper stage --name routine_train --rc "$rc" --seconds "$SECS" --informational \
+        --stderr "$WORK/routine-train.err" --tail 40 --set "device=\"$DEVICE\"" \
+        --set "routine=\"$best\"" --json "$WORK/routine-train-log.json" \
+        --json "$WORK/routine-train-history.json" --out "$out_file"
+    rm -rf "$WORK/routine-train-out"
+}
+
 # ---------------------------------------------------------------------------- the stages
 if wants probe; then stage_probe; else skip matmul_probe "not selected (--only)"; fi
 if wants parity; then stage_parity; else skip parity "not selected (--only)"; fi
@@ -725,6 +764,13 @@ fi
 if wants profile; then stage_profile; else skip profile_kernels "not selected (--only)"; fi
 if wants sweep; then stage_sweep; else skip batch_sweep "not selected (--only)"; fi
 if wants routines; then stage_routines; else skip routine_sweep "not selected (--only)"; fi
+if [ "$SKIP_TRAIN" = 1 ]; then
+    skip routine_train "not run: --skip-train"
+elif wants routines && wants train; then
+    stage_routine_train
+else
+    skip routine_train "needs the routines and train stages (--only)"
+fi
 
 # -------------------------------------------------------------------------------- report
 options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s, "profile_passages": %s, "profile_steps": %s, "probe_tokens": %s, "probe_seconds": %s, "batch_sizes": [%s], "matmul": "%s", "routines": "%s"}' \

@@ -22,7 +22,6 @@ use burn::backend::Cube;
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use cubek::matmul::definition::MatmulSetupError;
-use cubek::matmul::strategy::Strategy;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -30,7 +29,7 @@ use serde::Serialize;
 use crate::device::panic_message;
 use crate::error::{Error, Result};
 use crate::ops::routed::{LaunchError, launch};
-use crate::routine::MatmulRoutine;
+use crate::routine::{Launcher, MatmulRoutine};
 
 /// The shapes and repetitions of a probe. The defaults are all-MiniLM-L6-v2's products on
 /// 4,096 tokens (sequences of 128).
@@ -221,11 +220,11 @@ fn cases(p: &MatmulProbe) -> Vec<Case> {
     ]
 }
 
-/// The routines probed ([`MatmulRoutine::all`]), with cubek's strategy for each (`None`:
+/// The routines probed ([`MatmulRoutine::all`]), with the launcher of each (`None`:
 /// burn's own `matmul`, what the models call by default).
-fn routines() -> Vec<(String, Option<Strategy>)> {
+fn routines() -> Vec<(String, Option<Launcher>)> {
     MatmulRoutine::all()
-        .map(|r| (r.name().to_string(), r.strategy()))
+        .map(|r| (r.name().to_string(), r.launcher()))
         .collect()
 }
 
@@ -463,13 +462,13 @@ pub fn probe_matmuls(device: &Device, probe: &MatmulProbe) -> Result<ProbeReport
                 Err(NotRun::Declined(reason)) => ProbeOutcome::Unavailable { reason },
                 Err(NotRun::Failed(reason)) => ProbeOutcome::Failed { reason },
             };
-            for (name, strategy) in &routines {
+            for (name, launcher) in &routines {
                 if !wanted(name) {
                     continue;
                 }
-                let launch = || match strategy {
+                let launch = || match launcher {
                     None => Ok(lhs.clone().matmul(rhs.clone())),
-                    Some(strategy) => Ok(launch(strategy, &lhs, &rhs)?),
+                    Some(launcher) => Ok(launch(launcher, &lhs, &rhs)?),
                 };
                 let outcome = catch_unwind(AssertUnwindSafe(|| {
                     finish(time_launches(device, probe.repeats, launch))

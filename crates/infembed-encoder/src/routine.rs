@@ -17,9 +17,11 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::error::{Error, Result};
 
 /// The routines by name, in the probe's order: burn's own `matmul` (what burn chooses), cubek's
-/// `auto`, its SIMT routines, then its tensor-core ones (`cmma`: cooperative matrices, `mma`:
-/// plane matrix instructions), as burn's autotuner lists them.
-const NAMES: [&str; 20] = [
+/// `auto`, its SIMT routines, this project's register-blocked SIMT kernel (`blocked`, with its
+/// tile chosen per product, or fixed at `64 x 64` or `128 x 128` output blocks), then cubek's
+/// tensor-core routines (`cmma`: cooperative matrices, `mma`: plane matrix instructions), as
+/// burn's autotuner lists them.
+const NAMES: [&str; 23] = [
     "burn",
     "auto",
     "simple_unit",
@@ -28,6 +30,9 @@ const NAMES: [&str; 20] = [
     "double_unit_min_tile",
     "gemm",
     "naive",
+    "blocked",
+    "blocked_64",
+    "blocked_128",
     "simple_cyclic_cmma",
     "simple_cyclic_cmma_multi_rows",
     "double_cyclic_cmma",
@@ -43,9 +48,10 @@ const NAMES: [&str; 20] = [
 ];
 
 /// The matrix-product routine of a GPU device's linear layers: `burn` (the default: burn's own
-/// `matmul`, which asks cubek to choose), or one of cubek 0.3's routines by the name that
+/// `matmul`, which asks cubek to choose), one of cubek 0.3's routines by the name that
 /// `infembed devices --probe-matmul` reports it under (`double_unit`,
-/// `simple_cyclic_cmma`, ...; [`MatmulRoutine::all`]).
+/// `simple_cyclic_cmma`, ...; [`MatmulRoutine::all`]), or this project's register-blocked
+/// SIMT kernel (`blocked`, `blocked_64`, `blocked_128`).
 ///
 /// A routine that cubek declines for a product (a tensor-core routine on a device without
 /// tensor cores for the operands' type, a layout it does not take) leaves that product to
@@ -73,9 +79,23 @@ impl MatmulRoutine {
         self == Self::BURN
     }
 
-    /// cubek's strategy for this routine (`None` for burn's own `matmul`).
+    /// What launches this routine's products (`None` for burn's own `matmul`).
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-    pub(crate) fn strategy(self) -> Option<cubek::matmul::strategy::Strategy> {
+    pub(crate) fn launcher(self) -> Option<Launcher> {
+        use crate::ops::blocked::Tile;
+        Some(match self.name() {
+            "burn" => return None,
+            "blocked" => Launcher::Blocked(None),
+            "blocked_64" => Launcher::Blocked(Some(Tile::SMALL)),
+            "blocked_128" => Launcher::Blocked(Some(Tile::LARGE)),
+            _ => Launcher::Cubek(self.strategy()?),
+        })
+    }
+
+    /// cubek's strategy for this routine (`None` for burn's own `matmul` and this project's
+    /// kernels).
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    fn strategy(self) -> Option<cubek::matmul::strategy::Strategy> {
         use cubek::matmul::multi_level::Strategy as Routine;
         use cubek::matmul::multi_level::components::tile::TileMatmulKind;
         use cubek::matmul::multi_level::routines::TileSizeSelection;
@@ -88,7 +108,7 @@ impl MatmulRoutine {
         use cubek::matmul::strategy::Strategy;
 
         let name = self.name();
-        if name == "burn" {
+        if name == "burn" || name.starts_with("blocked") {
             return None;
         }
         if name == "auto" {
@@ -159,6 +179,15 @@ impl MatmulRoutine {
     }
 }
 
+/// How a routine's products are launched ([`MatmulRoutine::launcher`]).
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+pub(crate) enum Launcher {
+    /// Through one of cubek's routines.
+    Cubek(cubek::matmul::strategy::Strategy),
+    /// Through this project's blocked kernel, with its tile (`None`: chosen per product).
+    Blocked(Option<crate::ops::blocked::Tile>),
+}
+
 impl fmt::Debug for MatmulRoutine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "MatmulRoutine({})", self.name())
@@ -226,17 +255,26 @@ mod tests {
         );
     }
 
-    /// Every name but `burn` maps to a cubek strategy of its own family (cubek's display name
-    /// starts with it) and its own arguments (no two display names are equal).
+    /// Every name but `burn` and the `blocked` ones maps to a cubek strategy of its own family
+    /// (cubek's display name starts with it) and its own arguments (no two display names are
+    /// equal); the `blocked` ones to this project's kernel, each with its own tile.
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     #[test]
     fn every_name_maps_to_its_own_strategy() {
-        assert!(MatmulRoutine::BURN.strategy().is_none());
+        use crate::ops::blocked::Tile;
+        assert!(MatmulRoutine::BURN.launcher().is_none());
         let mut shown = std::collections::HashSet::new();
+        let mut tiles = Vec::new();
         for r in MatmulRoutine::all().skip(1) {
-            let s = r
-                .strategy()
-                .unwrap_or_else(|| panic!("{r} has no strategy"));
+            let s = match r.launcher() {
+                Some(Launcher::Cubek(s)) => s,
+                Some(Launcher::Blocked(tile)) => {
+                    assert!(r.name().starts_with("blocked"), "{r}");
+                    tiles.push(tile);
+                    continue;
+                }
+                None => panic!("{r} has no launcher"),
+            };
             let display = s.to_string();
             let family = [
                 "_min_tile",
@@ -253,5 +291,6 @@ mod tests {
             );
             assert!(shown.insert(display.clone()), "{r}: {display} twice");
         }
+        assert_eq!(tiles, [None, Some(Tile::SMALL), Some(Tile::LARGE)]);
     }
 }

@@ -683,9 +683,9 @@ fn a_training_step_on_wgpu_matches_the_cpu() {
 }
 
 /// A training step on wgpu with the linear layers' products through one of cubek's routines
-/// (`matmul = "naive"`, quick to compile on the software driver: forward and both backward
-/// products) gives the CPU's loss and gradients (1e-5), as burn's own matmul does; the CPU
-/// refuses a routine in one message.
+/// (`matmul = "naive"`, quick to compile on the software driver) or this project's blocked
+/// kernel (`matmul = "blocked"`), forward and both backward products, gives the CPU's loss and
+/// gradients (1e-5), as burn's own matmul does; the CPU refuses a routine in one message.
 #[test]
 fn a_training_step_through_a_cubek_routine_matches_the_cpu() {
     let _guard = rng_lock();
@@ -694,26 +694,37 @@ fn a_training_step_through_a_cubek_routine_matches_the_cpu() {
     };
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_bert_without_dropout(dir.path());
-    let routine: MatmulRoutine = "naive".parse().unwrap();
     let on = |device: &Device| trainable_on(&model, device);
-    let mut cpu = on(&Device::flex());
-    let err = cpu.set_gpu_matmul(routine).unwrap_err().to_string();
-    assert!(err.contains("naive") && err.contains("GPU"), "{err}");
-    let mut gpu = on(&gpu);
-    gpu.set_gpu_matmul(routine).unwrap();
-    assert_eq!(gpu.gpu_matmul(), routine);
+    let cpu = on(&Device::flex());
     let recs = records(4);
     let batch = TrainBatch::new(&recs, &[0, 1, 2, 3], &cpu.config().interaction, 5, 0).unwrap();
     let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
     let a = full_batch_step(&cpu, &batch, &l, true, 1.0).unwrap();
-    let b = full_batch_step(&gpu, &batch, &l, true, 1.0).unwrap();
-    assert!((a.loss - b.loss).abs() < 1e-4, "{} vs {}", a.loss, b.loss);
-    let diff = max_rel_diff(
-        &grads_of(cpu.model(), &a.grads),
-        &grads_of(gpu.model(), &b.grads),
-    );
-    eprintln!("wgpu through {routine} vs cpu: relative gradient difference {diff:e}");
-    assert!(diff < 1e-5, "relative gradient difference {diff}");
+    for name in ["naive", "blocked"] {
+        let routine: MatmulRoutine = name.parse().unwrap();
+        let mut refused = cpu.clone();
+        let err = refused.set_gpu_matmul(routine).unwrap_err().to_string();
+        assert!(err.contains(name) && err.contains("GPU"), "{err}");
+        let mut gpu = on(&gpu);
+        gpu.set_gpu_matmul(routine).unwrap();
+        assert_eq!(gpu.gpu_matmul(), routine);
+        let b = full_batch_step(&gpu, &batch, &l, true, 1.0).unwrap();
+        assert!(
+            (a.loss - b.loss).abs() < 1e-4,
+            "{routine}: {} vs {}",
+            a.loss,
+            b.loss
+        );
+        let diff = max_rel_diff(
+            &grads_of(cpu.model(), &a.grads),
+            &grads_of(gpu.model(), &b.grads),
+        );
+        eprintln!("wgpu through {routine} vs cpu: relative gradient difference {diff:e}");
+        assert!(
+            diff < 1e-5,
+            "{routine}: relative gradient difference {diff}"
+        );
+    }
 }
 
 /// `devices = ["cpu", "wgpu"]`: the wgpu replica's gradients come back to the CPU and the

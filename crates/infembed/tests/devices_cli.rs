@@ -284,10 +284,10 @@ fn compare(a: &serde_json::Value, b: &serde_json::Value, at: &str, n: &mut usize
     }
 }
 
-/// `--matmul naive` sends the linear layers' products to cubek's naive routine: cubecl's own
-/// kernel log shows the naive kernel (which burn's default run does not launch), and the
-/// embeddings equal the CPU's. On the CPU, `--matmul` is a one-line error; an unknown name
-/// lists the names.
+/// `--matmul naive` sends the linear layers' products to cubek's naive routine, and `--matmul
+/// blocked` to this project's blocked kernel: cubecl's own kernel log shows each kernel (which
+/// burn's default run does not launch), and the embeddings equal the CPU's. On the CPU,
+/// `--matmul` is a one-line error; an unknown name lists the names.
 #[test]
 fn embed_through_a_chosen_matmul_routine_equals_the_cpu() {
     if !wgpu_available("embed_through_a_chosen_matmul_routine_equals_the_cpu") {
@@ -329,6 +329,19 @@ fn embed_through_a_chosen_matmul_routine_equals_the_cpu() {
     let diff = max_abs_diff(&cpu, &naive);
     eprintln!("tiny BERT through cubek's naive routine vs cpu: max abs diff {diff:e}");
     assert!(diff < 1e-5, "naive routine vs cpu: {diff}");
+    let blocked_kernel = "blocked_matmul";
+    assert!(
+        !default_log.contains(blocked_kernel),
+        "burn's default took the blocked kernel"
+    );
+    let (blocked_log, blocked) = kernels_with(Some("blocked"), "blocked");
+    assert!(
+        blocked_log.contains(blocked_kernel),
+        "no blocked matmul kernel in cubecl's log"
+    );
+    let diff = max_abs_diff(&cpu, &blocked);
+    eprintln!("tiny BERT through the blocked kernel vs cpu: max abs diff {diff:e}");
+    assert!(diff < 1e-5, "blocked kernel vs cpu: {diff}");
 
     let mut on_cpu = embed_command(
         "cpu",
@@ -409,8 +422,8 @@ fn the_matmul_probe_needs_a_gpu_device_and_says_so_in_one_line() {
 }
 
 /// `infembed devices --probe-matmul wgpu`: every routine that runs gives the product that the
-/// host computes in f64 (within its precision's rounding), burn's own and cubek's SIMT routine
-/// run in both precisions, the f16 rows really compute in f16 (their error is that of f16
+/// host computes in f64 (within its precision's rounding), burn's own, cubek's SIMT routine and
+/// this project's blocked kernel run in both precisions, the f16 rows really compute in f16 (their error is that of f16
 /// operands, far above f32's), and a routine the device cannot run is reported as
 /// unavailable, not as a failure.
 #[test]
@@ -430,14 +443,17 @@ fn the_matmul_probe_times_routines_that_agree_with_the_host_product() {
             "--repeats",
             "1",
         ])
-        .args(["--routines", "burn,auto,simple_unit,simple_cyclic_cmma"])
+        .args([
+            "--routines",
+            "burn,auto,simple_unit,blocked,simple_cyclic_cmma",
+        ])
         .arg("--json")
         .arg(&json)));
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let rows = report["rows"].as_array().unwrap();
-    // 6 products, 4 routines, 2 precisions
-    assert_eq!(rows.len(), 6 * 4 * 2, "{stdout}");
+    // 6 products, 5 routines, 2 precisions
+    assert_eq!(rows.len(), 6 * 5 * 2, "{stdout}");
     let mut f16_err: f64 = 0.0;
     for row in rows {
         let (routine, precision) = (

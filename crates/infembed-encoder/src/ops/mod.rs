@@ -9,6 +9,8 @@
 //! checks.
 
 mod attention;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+pub(crate) mod blocked;
 mod packing;
 // `try_linear` hands the caller's tensor back as its `Err`, as the CPU wing's kernels do
 #[allow(clippy::result_large_err)]

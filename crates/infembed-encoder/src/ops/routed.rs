@@ -29,10 +29,10 @@ use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 
 use crate::device::panic_message;
-use crate::routine::MatmulRoutine;
+use crate::routine::{Launcher, MatmulRoutine};
 
 /// A float tensor of the cubecl backend.
-type CubeTensor = <Cube as burn::backend::BackendTypes>::FloatTensorPrimitive;
+pub(crate) type CubeTensor = <Cube as burn::backend::BackendTypes>::FloatTensorPrimitive;
 
 /// Why a routine's launch did not happen.
 #[derive(Debug)]
@@ -61,7 +61,7 @@ pub(crate) fn elems(dtype: DType) -> Option<MatmulElems> {
     }))
 }
 
-/// Launches `lhs · rhs` through `strategy` into a new tensor of `lhs`'s type, on `lhs`'s
+/// Launches `lhs · rhs` through `launcher` into a new tensor of `lhs`'s type, on `lhs`'s
 /// device (plain cubecl tensors; strided views such as transposes are read in place).
 ///
 /// # Shapes
@@ -69,6 +69,18 @@ pub(crate) fn elems(dtype: DType) -> Option<MatmulElems> {
 /// - `rhs`: `[B, K, N]`
 /// - output: `[B, M, N]`
 pub(crate) fn launch(
+    launcher: &Launcher,
+    lhs: &Tensor<3>,
+    rhs: &Tensor<3>,
+) -> Result<Tensor<3>, LaunchError> {
+    match launcher {
+        Launcher::Cubek(strategy) => launch_cubek(strategy, lhs, rhs),
+        Launcher::Blocked(tile) => super::blocked::launch(*tile, lhs, rhs),
+    }
+}
+
+/// [`launch`] through one of cubek's routines.
+fn launch_cubek(
     strategy: &Strategy,
     lhs: &Tensor<3>,
     rhs: &Tensor<3>,
@@ -133,11 +145,11 @@ fn note_fallback(routine: MatmulRoutine, reason: &str) {
 /// - output: `[B, M, N]`
 fn product(
     routine: MatmulRoutine,
-    strategy: &Strategy,
+    launcher: &Launcher,
     lhs: Tensor<3>,
     rhs: Tensor<3>,
 ) -> Tensor<3> {
-    let reason = match catch_unwind(AssertUnwindSafe(|| launch(strategy, &lhs, &rhs))) {
+    let reason = match catch_unwind(AssertUnwindSafe(|| launch(launcher, &lhs, &rhs))) {
         Ok(Ok(out)) => return out,
         Ok(Err(LaunchError::Setup(e))) => format!("{e}"),
         Ok(Err(LaunchError::Operands(e))) => e,
@@ -171,7 +183,7 @@ pub(crate) fn try_linear<const D: usize>(
     x: Tensor<D>,
     routine: MatmulRoutine,
 ) -> Result<Tensor<D>, Tensor<D>> {
-    let Some(strategy) = routine.strategy() else {
+    let Some(launcher) = routine.launcher() else {
         return Err(x);
     };
     let w = layer.weight.val();
@@ -184,14 +196,14 @@ pub(crate) fn try_linear<const D: usize>(
     let x3 = x.clone().reshape([1, rows, d_in]);
     let w3 = w.unsqueeze::<3>();
     let y = if x.device().is_autodiff() {
-        let y = tracked(routine, &strategy, x3, w3);
+        let y = tracked(routine, &launcher, x3, w3);
         if y.is_none() && crate::ops::routes_on(&x.device()) {
             // a cubecl device whose autodiff graph checkpoints: not this step's backend type
             note_fallback(routine, "an autodiff graph with gradient checkpointing");
         }
         y
     } else if x3.clone().try_into_primitive::<Cube>().is_ok() {
-        Some(product(routine, &strategy, x3, w3))
+        Some(product(routine, &launcher, x3, w3))
     } else {
         None
     };
@@ -211,7 +223,7 @@ pub(crate) fn try_linear<const D: usize>(
 /// `None` when the operands are not on one.
 fn tracked(
     routine: MatmulRoutine,
-    strategy: &Strategy,
+    launcher: &Launcher,
     x: Tensor<3>,
     w: Tensor<3>,
 ) -> Option<Tensor<3>> {
@@ -225,7 +237,7 @@ fn tracked(
     let forward = |l: &CubeTensor, r: &CubeTensor| {
         primitive(product(
             routine,
-            strategy,
+            launcher,
             plain(l.clone()),
             plain(r.clone()),
         ))
@@ -254,18 +266,16 @@ impl Backward<Cube, 2> for RoutedMatmul {
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let routine = self.0;
-        let strategy = routine
-            .strategy()
-            .expect("a routed product has a cubek routine");
+        let launcher = routine.launcher().expect("a routed product has a launcher");
         let g = plain(grads.consume::<Cube>(&ops.node));
         let [pa, pb] = ops.parents;
         let (a, b) = ops.state;
         if let Some(node) = pa {
-            let da = product(routine, &strategy, g.clone(), plain(b).swap_dims(1, 2));
+            let da = product(routine, &launcher, g.clone(), plain(b).swap_dims(1, 2));
             grads.register::<Cube>(node.id, primitive(da));
         }
         if let Some(node) = pb {
-            let db = product(routine, &strategy, plain(a).swap_dims(1, 2), g);
+            let db = product(routine, &launcher, plain(a).swap_dims(1, 2), g);
             grads.register::<Cube>(node.id, primitive(db));
         }
     }
@@ -355,7 +365,7 @@ mod tests {
             .matmul
             .cmma
             .is_empty();
-        for name in ["double_unit", "simple_cyclic_cmma"] {
+        for name in ["double_unit", "blocked", "simple_cyclic_cmma"] {
             let routine: MatmulRoutine = name.parse().unwrap();
             let before = FALLBACKS.load(Ordering::SeqCst);
             let y = try_linear(&layer, x.clone(), routine).expect("a wgpu f32 tensor is routed");

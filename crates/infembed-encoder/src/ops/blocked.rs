@@ -1,0 +1,505 @@
+//! This project's own matrix product for the cubecl devices: a register-blocked SIMT kernel
+//! (the `blocked` routines of [`crate::MatmulRoutine`]).
+//!
+//! On an H100 through Vulkan every product of the encoder ran cubek's plain SIMT kernel at
+//! about 6 TFLOP/s, a tenth of the GPU's f32 rate without tensor cores (docs/devices.md,
+//! "Where a GPU step goes"), and Vulkan offers tensor cores no f32 type. This kernel is the
+//! classic layout for f32 products on such hardware, offered beside cubek's routines so that
+//! the GPU check's routine sweep can time it against them:
+//!
+//! - each cube computes a `BM x BN` block of the output with `(BM / TM) (BN / TN)` units, each
+//!   unit a `TM x TN` grid of it held in registers, summed in f32;
+//! - the operands' `BM x BK` and `BK x BN` slices pass through shared memory, loaded along
+//!   whichever dimension is contiguous in memory (a transposed view is read in place, as the
+//!   backward products read `Wᵀ` and `xᵀ`), and stored k-major with a padded row so that
+//!   neither the stores nor the reads of the inner loop meet bank conflicts;
+//! - a unit's rows and columns are strided by the unit grid (unit `(ty, tx)` owns rows
+//!   `ty + i BM / TM` and columns `tx + j BN / TN`), so neighbouring units read neighbouring
+//!   shared words and write neighbouring output columns;
+//! - while the cube computes on the slices in shared memory, each unit fetches its share of
+//!   the next ones into registers (the global reads' latency hidden behind the arithmetic);
+//! - the edges (any `M`, `N`, `K`) are loaded as zeros and not written.
+//!
+//! Two block sizes: `128 x 128` (8 x 8 a unit, 256 units) for products with enough blocks to
+//! fill the device twice, `64 x 64` (4 x 4 a unit, 256 units) for the smaller ones.
+
+use burn::prelude::*;
+use burn::tensor::DType;
+use cubecl::ir::{ElemType, FloatKind};
+use cubecl::{CubeCount, CubeDim};
+
+use super::routed::{CubeTensor, LaunchError};
+
+/// Extra words at the end of each shared-memory row (bank-conflict-free stores).
+const PAD: usize = 4;
+
+/// The block and unit tile of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Tile {
+    /// Output rows of a cube.
+    bm: usize,
+    /// Output columns of a cube.
+    bn: usize,
+    /// The depth of the operands' slices in shared memory.
+    bk: usize,
+    /// Output rows of a unit.
+    tm: usize,
+    /// Output columns of a unit.
+    tn: usize,
+}
+
+impl Tile {
+    /// `128 x 128` blocks, `8 x 8` a unit.
+    pub(crate) const LARGE: Self = Self {
+        bm: 128,
+        bn: 128,
+        bk: 8,
+        tm: 8,
+        tn: 8,
+    };
+    /// `64 x 64` blocks, `4 x 4` a unit.
+    pub(crate) const SMALL: Self = Self {
+        bm: 64,
+        bn: 64,
+        bk: 16,
+        tm: 4,
+        tn: 4,
+    };
+
+    fn units(self) -> usize {
+        (self.bm / self.tm) * (self.bn / self.tn)
+    }
+
+    fn blocks(self, [b, m, n]: [usize; 3]) -> [usize; 3] {
+        [n.div_ceil(self.bn), m.div_ceil(self.bm), b]
+    }
+
+    /// The tile for a `[B, M, N]` output on a device of `sms` multiprocessors (when it says):
+    /// the large one when its blocks fill the device twice, else the small one.
+    pub(crate) fn for_output(out: [usize; 3], sms: Option<u32>) -> Self {
+        let sms = sms.map_or(100, |s| s as usize);
+        let [x, y, z] = Self::LARGE.blocks(out);
+        if x * y * z >= 2 * sms {
+            Self::LARGE
+        } else {
+            Self::SMALL
+        }
+    }
+}
+
+/// A launch's comptime layout: its tile, and which operands are contiguous along their last
+/// dimension (`lhs` along `K`, `rhs` along `N`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Layout {
+    tile: Tile,
+    lhs_k_major: bool,
+    rhs_n_major: bool,
+}
+
+mod kernel {
+    use cubecl::prelude::*;
+
+    use super::{Layout, PAD};
+
+    /// Where an operand's elements sit: `base + row * along_rows + depth * along_depth`.
+    #[derive(CubeType)]
+    pub(super) struct Strided {
+        base: usize,
+        along_rows: usize,
+        along_depth: usize,
+    }
+
+    /// What a unit needs to fetch its share of the operands' slices: where the operands' `M x
+    /// K` (`lhs`) and `N x K` (`rhs`) elements sit, the block's first row and column, the
+    /// product's extents, and the unit's index in the cube.
+    #[derive(CubeType)]
+    pub(super) struct Window {
+        lhs: Strided,
+        rhs: Strided,
+        row0: usize,
+        col0: usize,
+        m: usize,
+        n: usize,
+        k: usize,
+        unit: usize,
+    }
+
+    /// Slot `e` of a `rows x depth` slice as `(row, depth)`: consecutive slots walk the depth
+    /// when `depth_major` (the operand is contiguous along its depth), else the rows, so that
+    /// neighbouring units read neighbouring words.
+    #[cube]
+    fn slot(
+        e: usize,
+        #[comptime] rows: usize,
+        #[comptime] depth: usize,
+        #[comptime] depth_major: bool,
+    ) -> (usize, usize) {
+        let mut row = e % rows;
+        let mut d = e / rows;
+        if depth_major {
+            row = e / depth;
+            d = e % depth;
+        }
+        (row, d)
+    }
+
+    /// A unit's share of the `rows x depth` slice of `operand` whose first row is `row0` and
+    /// first depth `d0`, into `into` (zeros past `row_end` and `depth_end`).
+    #[allow(clippy::too_many_arguments)]
+    #[cube]
+    fn fetch<F: Float>(
+        operand: &Tensor<F>,
+        at: &Strided,
+        into: &mut Array<F>,
+        row0: usize,
+        row_end: usize,
+        d0: usize,
+        depth_end: usize,
+        unit: usize,
+        #[comptime] units: usize,
+        #[comptime] rows: usize,
+        #[comptime] depth: usize,
+        #[comptime] depth_major: bool,
+    ) {
+        #[unroll]
+        for l in 0..rows * depth / units {
+            let (r, c) = slot(unit + l * units, rows, depth, depth_major);
+            let gr = row0 + r;
+            let gc = d0 + c;
+            let mut v = F::new(0.0);
+            if gr < row_end && gc < depth_end {
+                v = operand[at.base + gr * at.along_rows + gc * at.along_depth];
+            }
+            into[l] = v;
+        }
+    }
+
+    /// A unit's share of both operands' slices at depth `d0` into registers.
+    #[cube]
+    fn fetch_slices<F: Float>(
+        lhs: &Tensor<F>,
+        rhs: &Tensor<F>,
+        w: &Window,
+        a: &mut Array<F>,
+        b: &mut Array<F>,
+        d0: usize,
+        #[comptime] layout: Layout,
+    ) {
+        let t = layout.tile;
+        let units = t.units();
+        fetch::<F>(
+            lhs,
+            &w.lhs,
+            a,
+            w.row0,
+            w.m,
+            d0,
+            w.k,
+            w.unit,
+            units,
+            t.bm,
+            t.bk,
+            layout.lhs_k_major,
+        );
+        fetch::<F>(
+            rhs,
+            &w.rhs,
+            b,
+            w.col0,
+            w.n,
+            d0,
+            w.k,
+            w.unit,
+            units,
+            t.bn,
+            t.bk,
+            !layout.rhs_n_major,
+        );
+    }
+
+    /// One `bm x bn` block of `out = lhs · rhs` per cube (module docs). `lhs`: `[B, M, K]`,
+    /// `rhs`: `[B, K, N]`, any strides; `out`: `[B, M, N]`, contiguous.
+    #[cube(launch)]
+    pub(super) fn blocked_matmul<F: Float>(
+        lhs: &Tensor<F>,
+        rhs: &Tensor<F>,
+        out: &mut Tensor<F>,
+        #[comptime] layout: Layout,
+        #[define(F)] _dtype: ElemType,
+    ) {
+        let t = layout.tile;
+        let (bm, bn, bk, tm, tn) = (t.bm, t.bn, t.bk, t.tm, t.tn);
+        let units_x = bn / tn;
+        let units = t.units();
+        let unit = UNIT_POS as usize;
+        let ty = unit / units_x;
+        let tx = unit % units_x;
+        let batch = CUBE_POS_Z as usize;
+        let n = out.shape(2);
+        let w = Window {
+            lhs: Strided {
+                base: batch * lhs.stride(0),
+                along_rows: lhs.stride(1),
+                along_depth: lhs.stride(2),
+            },
+            rhs: Strided {
+                base: batch * rhs.stride(0),
+                along_rows: rhs.stride(2),
+                along_depth: rhs.stride(1),
+            },
+            row0: CUBE_POS_Y as usize * bm,
+            col0: CUBE_POS_X as usize * bn,
+            m: out.shape(1),
+            n,
+            k: lhs.shape(2),
+            unit,
+        };
+
+        // k-major slices: a_s[c][r] (row stride bm + PAD), b_s[c][j] (bn + PAD)
+        let a_row = bm + PAD;
+        let b_row = bn + PAD;
+        let mut a_s = Shared::<[F]>::new_slice(bk * a_row);
+        let mut b_s = Shared::<[F]>::new_slice(bk * b_row);
+        let mut acc = Array::<f32>::new(tm * tn);
+        #[unroll]
+        for i in 0..tm * tn {
+            acc[i] = 0.0;
+        }
+        let mut a_r = Array::<f32>::new(tm);
+        let mut b_r = Array::<f32>::new(tn);
+
+        // each unit fetches its share of the next slices into registers while the cube
+        // computes on the current ones in shared memory
+        let a_loads = bm * bk / units;
+        let b_loads = bk * bn / units;
+        let mut a_next = Array::<F>::new(a_loads);
+        let mut b_next = Array::<F>::new(b_loads);
+        fetch_slices::<F>(lhs, rhs, &w, &mut a_next, &mut b_next, 0, layout);
+        let mut k0 = 0usize;
+        while k0 < w.k {
+            #[unroll]
+            for l in 0..a_loads {
+                let (r, c) = slot(unit + l * units, bm, bk, layout.lhs_k_major);
+                a_s[c * a_row + r] = a_next[l];
+            }
+            #[unroll]
+            for l in 0..b_loads {
+                let (j, c) = slot(unit + l * units, bn, bk, !layout.rhs_n_major);
+                b_s[c * b_row + j] = b_next[l];
+            }
+            sync_cube();
+            let next = k0 + bk;
+            if next < w.k {
+                fetch_slices::<F>(lhs, rhs, &w, &mut a_next, &mut b_next, next, layout);
+            }
+
+            #[unroll]
+            for kk in 0..bk {
+                #[unroll]
+                for i in 0..tm {
+                    a_r[i] = f32::cast_from(a_s[kk * a_row + ty + i * (bm / tm)]);
+                }
+                #[unroll]
+                for j in 0..tn {
+                    b_r[j] = f32::cast_from(b_s[kk * b_row + tx + j * units_x]);
+                }
+                #[unroll]
+                for i in 0..tm {
+                    #[unroll]
+                    for j in 0..tn {
+                        acc[i * tn + j] += a_r[i] * b_r[j];
+                    }
+                }
+            }
+            sync_cube();
+            k0 = next;
+        }
+
+        let out_base = batch * out.stride(0);
+        #[unroll]
+        for i in 0..tm {
+            let gr = w.row0 + ty + i * (bm / tm);
+            #[unroll]
+            for j in 0..tn {
+                let gj = w.col0 + tx + j * units_x;
+                if gr < w.m && gj < n {
+                    out[out_base + gr * n + gj] = F::cast_from(acc[i * tn + j]);
+                }
+            }
+        }
+    }
+}
+
+/// `lhs · rhs` through the blocked kernel with `tile` (`None`: [`Tile::for_output`]), into a
+/// new contiguous tensor of `lhs`'s type on `lhs`'s device. f32, f16 and bf16 operands (the
+/// sums in f32); strided views are read in place.
+///
+/// # Shapes
+/// - `lhs`: `[B, M, K]`
+/// - `rhs`: `[B, K, N]`
+/// - output: `[B, M, N]`
+pub(crate) fn launch(
+    tile: Option<Tile>,
+    lhs: &Tensor<3>,
+    rhs: &Tensor<3>,
+) -> Result<Tensor<3>, LaunchError> {
+    let [b, m, k] = lhs.dims();
+    let [rb, rk, n] = rhs.dims();
+    let kind = match lhs.dtype() {
+        DType::F32 => FloatKind::F32,
+        DType::F16 => FloatKind::F16,
+        DType::BF16 => FloatKind::BF16,
+        other => {
+            return Err(LaunchError::Operands(format!(
+                "no blocked product of {other:?}"
+            )));
+        }
+    };
+    if (rb, rk) != (b, k) || rhs.dtype() != lhs.dtype() {
+        return Err(LaunchError::Operands(format!(
+            "[{b}, {m}, {k}] ({:?}) times [{rb}, {rk}, {n}] ({:?})",
+            lhs.dtype(),
+            rhs.dtype()
+        )));
+    }
+    let cube = |t: &Tensor<3>| -> Result<CubeTensor, LaunchError> {
+        t.clone()
+            .try_into_primitive::<burn::backend::Cube>()
+            .map_err(|e| LaunchError::Operands(format!("not a cubecl tensor: {e:?}")))
+    };
+    let (l, r) = (cube(lhs)?, cube(rhs)?);
+    if l.meta.is_tiled() || r.meta.is_tiled() {
+        return Err(LaunchError::Operands("a storage-tiled operand".into()));
+    }
+    let out = Tensor::<3>::empty([b, m, n], (&lhs.device(), lhs.dtype()));
+    if b * m * n == 0 {
+        return Ok(out);
+    }
+    let o = cube(&out)?;
+    let client = o.client.clone();
+    let tile = tile.unwrap_or_else(|| {
+        Tile::for_output(
+            [b, m, n],
+            client.properties().hardware.num_streaming_multiprocessors,
+        )
+    });
+    let lhs_k_major = l.meta.strides[2] == 1;
+    let rhs_n_major = r.meta.strides[2] == 1;
+    let [x, y, z] = tile.blocks([b, m, n]);
+    let count = |v: usize| {
+        u32::try_from(v).map_err(|_| LaunchError::Operands(format!("{v} blocks on one axis")))
+    };
+    let cube_count = CubeCount::Static(count(x)?, count(y)?, count(z)?);
+    let cube_dim = CubeDim::new_1d(tile.units() as u32);
+    kernel::blocked_matmul::launch(
+        &client,
+        cube_count,
+        cube_dim,
+        l.into_tensor_arg(),
+        r.into_tensor_arg(),
+        o.into_tensor_arg(),
+        Layout {
+            tile,
+            lhs_k_major,
+            rhs_n_major,
+        },
+        ElemType::Float(kind),
+    );
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Distribution, TensorData};
+    use infembed_testkit::max_rel_diff;
+
+    use crate::device::DeviceSpec;
+
+    fn values(t: Tensor<3>) -> Vec<f32> {
+        t.into_data().convert::<f32>().try_to_vec().unwrap()
+    }
+
+    /// The blocked kernel on wgpu (Mesa's software driver in CI) against a naive f64 product
+    /// on the host, for both tiles, shapes that are and are not multiples of the blocks,
+    /// several batches, plain and transposed operands (the backward products' layouts), and
+    /// f16 operands (within f16's rounding, and not f32's exact result).
+    #[test]
+    fn blocked_products_equal_a_naive_product() {
+        let gpu = match DeviceSpec::Wgpu(None).device() {
+            Ok(d) => d,
+            Err(e) => {
+                return infembed_testkit::wgpu_missing(
+                    "blocked_products_equal_a_naive_product",
+                    &e,
+                )
+                .unwrap_or(());
+            }
+        };
+        let naive = |a: &[f32], b: &[f32], [bs, m, k, n]: [usize; 4]| {
+            let mut out = vec![0f32; bs * m * n];
+            for z in 0..bs {
+                for i in 0..m {
+                    for j in 0..n {
+                        let s: f64 = (0..k)
+                            .map(|c| {
+                                f64::from(a[(z * m + i) * k + c])
+                                    * f64::from(b[(z * k + c) * n + j])
+                            })
+                            .sum();
+                        out[(z * m + i) * n + j] = s as f32;
+                    }
+                }
+            }
+            out
+        };
+        let shapes = [
+            [1, 128, 64, 128],
+            [1, 37, 50, 70],
+            [2, 130, 17, 129],
+            [3, 5, 200, 9],
+        ];
+        for [bs, m, k, n] in shapes {
+            let a = Tensor::<3>::random([bs, m, k], Distribution::Normal(0.0, 1.0), &gpu);
+            let b = Tensor::<3>::random([bs, k, n], Distribution::Normal(0.0, 1.0), &gpu);
+            let expected = naive(&values(a.clone()), &values(b.clone()), [bs, m, k, n]);
+            // the same operands stored transposed, read through swapped views
+            let stored_transposed = |t: &Tensor<3>| {
+                let [bs, rows, cols] = t.dims();
+                let v = values(t.clone());
+                let mut tr = vec![0f32; v.len()];
+                for z in 0..bs {
+                    for i in 0..rows {
+                        for j in 0..cols {
+                            tr[(z * cols + j) * rows + i] = v[(z * rows + i) * cols + j];
+                        }
+                    }
+                }
+                Tensor::<3>::from_data(TensorData::new(tr, [bs, cols, rows]), &gpu).swap_dims(1, 2)
+            };
+            let (at, bt) = (stored_transposed(&a), stored_transposed(&b));
+            for tile in [Tile::SMALL, Tile::LARGE] {
+                for (what, l, r) in [
+                    ("plain", &a, &b),
+                    ("lhs transposed", &at, &b),
+                    ("rhs transposed", &a, &bt),
+                ] {
+                    let got = values(launch(Some(tile), l, r).expect("an f32 product"));
+                    let diff = max_rel_diff(&expected, &got);
+                    assert!(
+                        diff < 1e-5,
+                        "{tile:?} {what} [{bs}, {m}, {k}, {n}]: differs by {diff}"
+                    );
+                }
+                let (a16, b16) = (a.clone().cast(DType::F16), b.clone().cast(DType::F16));
+                let got = values(launch(Some(tile), &a16, &b16).expect("an f16 product"));
+                let exact = naive(&values(a16), &values(b16), [bs, m, k, n]);
+                let diff = max_rel_diff(&exact, &got);
+                assert!(
+                    (1e-6..1e-2).contains(&diff),
+                    "{tile:?} f16 [{bs}, {m}, {k}, {n}]: differs by {diff}"
+                );
+            }
+        }
+    }
+}
