@@ -714,9 +714,14 @@ stage_routine_train() {
     next_stage routine_train
     local best rc patch_args=()
     best="$(helper best-routine "$WORK"/routine-*-f32.json 2>/dev/null)" || best=""
-    if [ -z "$best" ] || [ "$best" = "${MATMUL:-burn}" ]; then
+    if [ -z "$best" ]; then
         helper stage --name routine_train \
-            --skipped="the sweep's fastest agreeing routine (${best:-none}) is the train stage's own" \
+            --skipped="no routine of the sweep ran and agreed with the CPU" --out "$out_file"
+        return
+    fi
+    if [ "$best" = "${MATMUL:-burn}" ]; then
+        helper stage --name routine_train \
+            --skipped="the sweep's fastest agreeing routine ($best) is the train stage's own" \
             --out "$out_file"
         return
     fi

@@ -11,8 +11,10 @@
 //!   unit a `TM x TN` grid of it held in registers, summed in f32;
 //! - the operands' `BM x BK` and `BK x BN` slices pass through shared memory, loaded along
 //!   whichever dimension is contiguous in memory (a transposed view is read in place, as the
-//!   backward products read `Wᵀ` and `xᵀ`), and stored k-major with a padded row so that
-//!   neither the stores nor the reads of the inner loop meet bank conflicts;
+//!   backward products read `Wᵀ` and `xᵀ`), and stored k-major with each row padded to
+//!   `32 / BK` words past a multiple of 32, so that a warp's f32 stores of a depth-contiguous
+//!   operand meet no shared-memory bank conflict and the inner loop's reads are conflict-free
+//!   or broadcast;
 //! - a unit's rows and columns are strided by the unit grid (unit `(ty, tx)` owns rows
 //!   `ty + i BM / TM` and columns `tx + j BN / TN`), so neighbouring units read neighbouring
 //!   shared words and write neighbouring output columns;
@@ -29,9 +31,6 @@ use cubecl::ir::{ElemType, FloatKind};
 use cubecl::{CubeCount, CubeDim};
 
 use super::routed::{CubeTensor, LaunchError};
-
-/// Extra words at the end of each shared-memory row (bank-conflict-free stores).
-const PAD: usize = 4;
 
 /// The block and unit tile of a launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,6 +69,14 @@ impl Tile {
         (self.bm / self.tm) * (self.bn / self.tn)
     }
 
+    /// Extra words at the end of each shared-memory row: with 32 banks of 4-byte words, a row
+    /// of `32 / bk` words past a multiple of 32 (`bm` and `bn` are multiples of 32) puts the
+    /// `bk` depth slots of one row `32 / bk` banks apart and the next rows in the gaps, so a
+    /// warp's stores of a depth-contiguous operand hit 32 different banks.
+    fn pad(self) -> usize {
+        32 / self.bk
+    }
+
     fn blocks(self, [b, m, n]: [usize; 3]) -> [usize; 3] {
         [n.div_ceil(self.bn), m.div_ceil(self.bm), b]
     }
@@ -99,7 +106,7 @@ struct Layout {
 mod kernel {
     use cubecl::prelude::*;
 
-    use super::{Layout, PAD};
+    use super::Layout;
 
     /// Where an operand's elements sit: `base + row * along_rows + depth * along_depth`.
     #[derive(CubeType)]
@@ -218,7 +225,8 @@ mod kernel {
     }
 
     /// One `bm x bn` block of `out = lhs · rhs` per cube (module docs). `lhs`: `[B, M, K]`,
-    /// `rhs`: `[B, K, N]`, any strides; `out`: `[B, M, N]`, contiguous.
+    /// `rhs`: `[B, K, N]`, `out`: `[B, M, N]`, any strides (a GPU runtime may pad the rows
+    /// of a new tensor).
     #[cube(launch)]
     pub(super) fn blocked_matmul<F: Float>(
         lhs: &Tensor<F>,
@@ -255,9 +263,9 @@ mod kernel {
             unit,
         };
 
-        // k-major slices: a_s[c][r] (row stride bm + PAD), b_s[c][j] (bn + PAD)
-        let a_row = bm + PAD;
-        let b_row = bn + PAD;
+        // k-major slices: a_s[c][r] (row stride bm + pad), b_s[c][j] (bn + pad)
+        let a_row = bm + t.pad();
+        let b_row = bn + t.pad();
         let mut a_s = Shared::<[F]>::new_slice(bk * a_row);
         let mut b_s = Shared::<[F]>::new_slice(bk * b_row);
         let mut acc = Array::<f32>::new(tm * tn);
@@ -316,6 +324,7 @@ mod kernel {
         }
 
         let out_base = batch * out.stride(0);
+        let (out_m, out_n) = (out.stride(1), out.stride(2));
         #[unroll]
         for i in 0..tm {
             let gr = w.row0 + ty + i * (bm / tm);
@@ -323,7 +332,7 @@ mod kernel {
             for j in 0..tn {
                 let gj = w.col0 + tx + j * units_x;
                 if gr < w.m && gj < n {
-                    out[out_base + gr * n + gj] = F::cast_from(acc[i * tn + j]);
+                    out[out_base + gr * out_m + gj * out_n] = F::cast_from(acc[i * tn + j]);
                 }
             }
         }
@@ -331,7 +340,7 @@ mod kernel {
 }
 
 /// `lhs · rhs` through the blocked kernel with `tile` (`None`: [`Tile::for_output`]), into a
-/// new contiguous tensor of `lhs`'s type on `lhs`'s device. f32, f16 and bf16 operands (the
+/// new tensor of `lhs`'s type on `lhs`'s device. f32, f16 and bf16 operands (the
 /// sums in f32); strided views are read in place.
 ///
 /// # Shapes
