@@ -14,7 +14,8 @@ Subcommands (each prints JSON on stdout where it has a result):
                               --threshold); checks FILE.ids.txt orders when both exist
     embed-log FILE            parses `infembed embed`'s "embedded N passages ... in X s"
     best-routine FILE...      the fastest routine of the routine sweep's embed-log records
-                              whose embeddings agreed with the CPU's (--limit); exit 1 if none
+                              whose embeddings agreed with the CPU's (--limit) and none of
+                              whose products fell back to burn's matmul; exit 1 if none
     kernel-profile LOG        sums cubecl's profiling log (CUBECL_DEBUG_OPTION=profile) per
                               kernel: launches, device time, share, the matmul kinds used
     train-log FILE            parses `infembed train`'s "done: N optimizer steps, R rows/s" and
@@ -714,7 +715,8 @@ def _routine_digest(rec):
             vs = r.get("vs_cpu") if isinstance(r.get("vs_cpu"), dict) else {}
             rows.append({"routine": r["routine"], "dtype": r.get("dtype"),
                          "passages_per_s": r.get("passages_per_s"),
-                         "max_abs_diff_vs_cpu": vs.get("max_abs_diff")})
+                         "max_abs_diff_vs_cpu": vs.get("max_abs_diff"),
+                         "fell_back": r.get("fell_back")})
     rows.sort(key=lambda r: -(r["passages_per_s"] or 0))
     return rows or None
 
@@ -728,9 +730,10 @@ def cmd_best_routine(args):
             continue
         vs = r.get("vs_cpu") if isinstance(r.get("vs_cpu"), dict) else {}
         diff, rate = vs.get("max_abs_diff"), r.get("passages_per_s")
-        # a fast wrong answer is not a candidate, nor one whose agreement was not checked
+        # a fast wrong answer is not a candidate, nor one whose agreement was not checked, nor
+        # one whose products fell back to burn's matmul (its rate is burn's)
         if not r.get("routine") or not isinstance(rate, (int, float)) or \
-                not isinstance(diff, (int, float)) or diff > args.limit:
+                not isinstance(diff, (int, float)) or diff > args.limit or r.get("fell_back"):
             continue
         if best is None or rate > best[1]:
             best = (r["routine"], rate)

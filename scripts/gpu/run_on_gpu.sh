@@ -692,8 +692,13 @@ stage_routines() {
                         cmp=(--json "vs_cpu=$WORK/routine-cmp-$part.json")
                     fi
                 fi
+                # a routine that the device declines leaves its products to burn's matmul and
+                # says so once in the log: its rate is then burn's, not its own
+                local fell_back=false
+                grep -q "matmul routine $r did not run" "$WORK/routine-$part.err" && fell_back=true
                 helper embed-log "$WORK/routine-$part.err" --wall "$timed" \
-                    --set "routine=\"$r\"" --set "dtype=\"$dtype\"" ${cmp[@]+"${cmp[@]}"} \
+                    --set "routine=\"$r\"" --set "dtype=\"$dtype\"" \
+                    --set "fell_back=$fell_back" ${cmp[@]+"${cmp[@]}"} \
                     >"$WORK/routine-$part.json"
                 args+=(--append "runs=$WORK/routine-$part.json")
                 rm -f "$WORK/routine.npy" "$WORK/routine.ids.txt" "$WORK/routine-parity.npy" \
@@ -707,7 +712,8 @@ stage_routines() {
 }
 
 # The quickstart's training again, through the routine sweep's fastest f32 routine whose
-# embeddings agreed with the CPU's (gpu_check.py best-routine), so that one call measures a
+# embeddings agreed with the CPU's and none of whose products fell back to burn's matmul
+# (gpu_check.py best-routine), so that one call measures a
 # training step through it too. Informational; skipped when that routine is what the train stage
 # already used (burn's, or --matmul's) or the sweep found none.
 stage_routine_train() {

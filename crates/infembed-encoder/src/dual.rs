@@ -414,10 +414,11 @@ impl DualEncoder {
         Ok(())
     }
 
-    /// Computes the towers' linear layers on a GPU device through cubek's `routine` from now
-    /// on ([`MatmulRoutine`]: the forward product and, in training, both backward products;
-    /// [`MatmulRoutine::BURN`], the default, is burn's own `matmul`). Products that cubek
-    /// declines for the routine are left to burn's `matmul`. Not recorded in
+    /// Computes the towers' linear layers on a GPU device through `routine` from now on
+    /// ([`MatmulRoutine`]: one of cubek's, or this project's `blocked` kernel; the forward
+    /// product and, in training, both backward products; [`MatmulRoutine::BURN`], the default,
+    /// is burn's own `matmul`). Products that the routine declines are left to burn's
+    /// `matmul`. Not recorded in
     /// [`config`](Self::config): a saved model loads on any device.
     ///
     /// # Errors
@@ -436,7 +437,7 @@ impl DualEncoder {
         self.products.gpu_matmul = routine;
         self.apply_products();
         if !routine.is_burn() {
-            log::info!("GPU products through cubek's {routine} routine");
+            log::info!("GPU products through the {routine} routine");
         }
         Ok(())
     }
