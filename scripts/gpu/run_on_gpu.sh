@@ -499,27 +499,36 @@ stage_torch() {
 }
 
 # --------------------------------------------------------------------------------- train
-stage_train() {
-    next_stage train
-    local patch_args=()
+# train_quickstart NAME [ARGS...]: the quickstart's config patched into $WORK/NAME.toml (its
+# output in $WORK/NAME-out; --train-max-steps), trained on the device with ARGS; the training log
+# parsed into $WORK/NAME-log.json and the dev metrics into $WORK/NAME-history.json. Sets TRAIN_RC
+# and SECS.
+train_quickstart() {
+    local name="$1" patch_args=()
+    shift
     [ -z "$TRAIN_MAX_STEPS" ] || patch_args=(--max-steps "$TRAIN_MAX_STEPS")
-    helper patch-config "$CONFIG" --out "$WORK/train.toml" --output-dir "$WORK/train-out" \
-        ${patch_args[@]+"${patch_args[@]}"} >"$WORK/train-config.json" 2>"$WORK/train-patch.err"
-    train_rc=$?
-    if [ "$train_rc" = 0 ]; then
-        run train "$INFEMBED" train --config "$WORK/train.toml" --device "$DEVICE" \
-            --progress plain ${mm[@]+"${mm[@]}"}
-        train_rc=$RC
+    helper patch-config "$CONFIG" --out "$WORK/$name.toml" --output-dir "$WORK/$name-out" \
+        ${patch_args[@]+"${patch_args[@]}"} >"$WORK/$name-config.json" 2>"$WORK/$name-patch.err"
+    TRAIN_RC=$?
+    if [ "$TRAIN_RC" = 0 ]; then
+        run "$name" "$INFEMBED" train --config "$WORK/$name.toml" --device "$DEVICE" \
+            --progress plain "$@"
+        TRAIN_RC=$RC
     else
         SECS=0
-        cp "$WORK/train-patch.err" "$WORK/train.err"
+        cp "$WORK/$name-patch.err" "$WORK/$name.err"
     fi
-    helper train-log "$WORK/train.err" >"$WORK/train-log.json" 2>/dev/null
-    if [ "$train_rc" = 0 ]; then
-        helper history "$WORK/train-out/history.json" >"$WORK/train-history.json" \
-            2>>"$WORK/train.err" || train_rc=$?
+    helper train-log "$WORK/$name.err" >"$WORK/$name-log.json" 2>/dev/null
+    if [ "$TRAIN_RC" = 0 ]; then
+        helper history "$WORK/$name-out/history.json" >"$WORK/$name-history.json" \
+            2>>"$WORK/$name.err" || TRAIN_RC=$?
     fi
-    helper stage --name train --rc "$train_rc" --seconds "$SECS" --stderr "$WORK/train.err" \
+}
+
+stage_train() {
+    next_stage train
+    train_quickstart train ${mm[@]+"${mm[@]}"}
+    helper stage --name train --rc "$TRAIN_RC" --seconds "$SECS" --stderr "$WORK/train.err" \
         --stdout "$WORK/train.out" --tail 40 --set "device=\"$DEVICE\"" \
         --set "max_steps=${TRAIN_MAX_STEPS:-null}" --text "config=$WORK/train.toml" \
         --json "$WORK/train-log.json" --json "$WORK/train-history.json" --out "$out_file"
@@ -718,7 +727,7 @@ stage_routines() {
 # already used (burn's, or --matmul's) or the sweep found none.
 stage_routine_train() {
     next_stage routine_train
-    local best rc patch_args=()
+    local best
     best="$(helper best-routine "$WORK"/routine-*-f32.json 2>/dev/null)" || best=""
     if [ -z "$best" ]; then
         helper stage --name routine_train \
@@ -731,23 +740,8 @@ stage_routine_train() {
             --out "$out_file"
         return
     fi
-    [ -z "$TRAIN_MAX_STEPS" ] || patch_args=(--max-steps "$TRAIN_MAX_STEPS")
-    helper patch-config "$CONFIG" --out "$WORK/routine-train.toml" \
-        --output-dir "$WORK/routine-train-out" ${patch_args[@]+"${patch_args[@]}"} \
-        >/dev/null 2>"$WORK/routine-train.err"
-    rc=$?
-    SECS=0
-    if [ "$rc" = 0 ]; then
-        run routine-train "$INFEMBED" train --config "$WORK/routine-train.toml" \
-            --device "$DEVICE" --progress plain --matmul "$best"
-        rc=$RC
-    fi
-    helper train-log "$WORK/routine-train.err" >"$WORK/routine-train-log.json" 2>/dev/null
-    if [ "$rc" = 0 ]; then
-        helper history "$WORK/routine-train-out/history.json" \
-            >"$WORK/routine-train-history.json" 2>>"$WORK/routine-train.err" || rc=$?
-    fi
-    helper stage --name routine_train --rc "$rc" --seconds "$SECS" --informational \
+    train_quickstart routine-train --matmul "$best"
+    helper stage --name routine_train --rc "$TRAIN_RC" --seconds "$SECS" --informational \
         --stderr "$WORK/routine-train.err" --tail 40 --set "device=\"$DEVICE\"" \
         --set "routine=\"$best\"" --json "$WORK/routine-train-log.json" \
         --json "$WORK/routine-train-history.json" --out "$out_file"

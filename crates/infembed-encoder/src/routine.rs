@@ -88,14 +88,14 @@ impl MatmulRoutine {
             "blocked" => Launcher::Blocked(None),
             "blocked_64" => Launcher::Blocked(Some(Tile::SMALL)),
             "blocked_128" => Launcher::Blocked(Some(Tile::LARGE)),
-            _ => Launcher::Cubek(self.strategy()?),
+            _ => Launcher::Cubek(self.strategy()),
         })
     }
 
-    /// cubek's strategy for this routine (`None` for burn's own `matmul` and this project's
-    /// kernels).
+    /// cubek's strategy for this routine, one of cubek's (not `burn` nor a `blocked` one:
+    /// [`launcher`](Self::launcher) takes those).
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-    fn strategy(self) -> Option<cubek::matmul::strategy::Strategy> {
+    fn strategy(self) -> cubek::matmul::strategy::Strategy {
         use cubek::matmul::multi_level::Strategy as Routine;
         use cubek::matmul::multi_level::components::tile::TileMatmulKind;
         use cubek::matmul::multi_level::routines::TileSizeSelection;
@@ -108,11 +108,8 @@ impl MatmulRoutine {
         use cubek::matmul::strategy::Strategy;
 
         let name = self.name();
-        if name == "burn" || name.starts_with("blocked") {
-            return None;
-        }
         if name == "auto" {
-            return Some(Strategy::Auto);
+            return Strategy::Auto;
         }
         let tile_size = if name.ends_with("_min_tile") {
             TileSizeSelection::MinTileSize
@@ -175,7 +172,7 @@ impl MatmulRoutine {
                 }
             }
         };
-        Some(Strategy::MultiLevel(routine))
+        Strategy::MultiLevel(routine)
     }
 }
 

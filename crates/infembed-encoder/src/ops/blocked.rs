@@ -25,12 +25,10 @@
 //! Two block sizes: `128 x 128` (8 x 8 a unit, 256 units) for products with enough blocks to
 //! fill the device twice, `64 x 64` (4 x 4 a unit, 256 units) for the smaller ones.
 
-use burn::prelude::*;
-use burn::tensor::DType;
-use cubecl::ir::{ElemType, FloatKind};
+use cubecl::ir::ElemType;
 use cubecl::{CubeCount, CubeDim};
 
-use super::routed::{CubeTensor, LaunchError};
+use super::routed::{LaunchError, Operands};
 
 /// The block and unit tile of a launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -339,61 +337,38 @@ mod kernel {
     }
 }
 
-/// `lhs · rhs` through the blocked kernel with `tile` (`None`: [`Tile::for_output`]), into a
-/// new tensor of `lhs`'s type on `lhs`'s device. f32, f16 and bf16 operands (the
-/// sums in f32); strided views are read in place.
+/// `lhs · rhs` through the blocked kernel with `tile` (`None`: [`Tile::for_output`]) into
+/// `operands.out` ([`routed::launch`](super::routed::launch) checks the operands and makes
+/// the output). f32, f16 and bf16 operands (the sums in f32); strided views are read in place.
 ///
 /// # Shapes
 /// - `lhs`: `[B, M, K]`
 /// - `rhs`: `[B, K, N]`
 /// - output: `[B, M, N]`
-pub(crate) fn launch(
-    tile: Option<Tile>,
-    lhs: &Tensor<3>,
-    rhs: &Tensor<3>,
-) -> Result<Tensor<3>, LaunchError> {
-    let [b, m, k] = lhs.dims();
-    let [rb, rk, n] = rhs.dims();
-    let kind = match lhs.dtype() {
-        DType::F32 => FloatKind::F32,
-        DType::F16 => FloatKind::F16,
-        DType::BF16 => FloatKind::BF16,
-        other => {
-            return Err(LaunchError::Operands(format!(
-                "no blocked product of {other:?}"
-            )));
-        }
-    };
-    if (rb, rk) != (b, k) || rhs.dtype() != lhs.dtype() {
-        return Err(LaunchError::Operands(format!(
-            "[{b}, {m}, {k}] ({:?}) times [{rb}, {rk}, {n}] ({:?})",
-            lhs.dtype(),
-            rhs.dtype()
-        )));
-    }
-    let cube = |t: &Tensor<3>| -> Result<CubeTensor, LaunchError> {
-        t.clone()
-            .try_into_primitive::<burn::backend::Cube>()
-            .map_err(|e| LaunchError::Operands(format!("not a cubecl tensor: {e:?}")))
-    };
-    let (l, r) = (cube(lhs)?, cube(rhs)?);
-    if l.meta.is_tiled() || r.meta.is_tiled() {
+pub(crate) fn launch(tile: Option<Tile>, operands: Operands) -> Result<(), LaunchError> {
+    let Operands {
+        lhs,
+        rhs,
+        out,
+        kind,
+    } = operands;
+    if lhs.meta.is_tiled() || rhs.meta.is_tiled() {
         return Err(LaunchError::Operands("a storage-tiled operand".into()));
     }
-    let out = Tensor::<3>::empty([b, m, n], (&lhs.device(), lhs.dtype()));
+    let shape = out.meta.shape();
+    let (b, m, n) = (shape[0], shape[1], shape[2]);
     if b * m * n == 0 {
-        return Ok(out);
+        return Ok(());
     }
-    let o = cube(&out)?;
-    let client = o.client.clone();
+    let client = out.client.clone();
     let tile = tile.unwrap_or_else(|| {
         Tile::for_output(
             [b, m, n],
             client.properties().hardware.num_streaming_multiprocessors,
         )
     });
-    let lhs_k_major = l.meta.strides[2] == 1;
-    let rhs_n_major = r.meta.strides[2] == 1;
+    let lhs_k_major = lhs.meta.strides[2] == 1;
+    let rhs_n_major = rhs.meta.strides[2] == 1;
     let [x, y, z] = tile.blocks([b, m, n]);
     let count = |v: usize| {
         u32::try_from(v).map_err(|_| LaunchError::Operands(format!("{v} blocks on one axis")))
@@ -404,9 +379,9 @@ pub(crate) fn launch(
         &client,
         cube_count,
         cube_dim,
-        l.into_tensor_arg(),
-        r.into_tensor_arg(),
-        o.into_tensor_arg(),
+        lhs.into_tensor_arg(),
+        rhs.into_tensor_arg(),
+        out.into_tensor_arg(),
         Layout {
             tile,
             lhs_k_major,
@@ -414,13 +389,17 @@ pub(crate) fn launch(
         },
         ElemType::Float(kind),
     );
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::{Distribution, TensorData};
+    use burn::prelude::*;
+    use burn::tensor::{DType, Distribution, TensorData};
+
+    use crate::ops::routed;
+    use crate::routine::Launcher;
     use infembed_testkit::max_rel_diff;
 
     use crate::device::DeviceSpec;
@@ -488,12 +467,14 @@ mod tests {
             };
             let (at, bt) = (stored_transposed(&a), stored_transposed(&b));
             for tile in [Tile::SMALL, Tile::LARGE] {
+                let launcher = Launcher::Blocked(Some(tile));
+                let product = |l: &Tensor<3>, r: &Tensor<3>| routed::launch(&launcher, l, r);
                 for (what, l, r) in [
                     ("plain", &a, &b),
                     ("lhs transposed", &at, &b),
                     ("rhs transposed", &a, &bt),
                 ] {
-                    let got = values(launch(Some(tile), l, r).expect("an f32 product"));
+                    let got = values(product(l, r).expect("an f32 product"));
                     let diff = max_rel_diff(&expected, &got);
                     assert!(
                         diff < 1e-5,
@@ -501,7 +482,7 @@ mod tests {
                     );
                 }
                 let (a16, b16) = (a.clone().cast(DType::F16), b.clone().cast(DType::F16));
-                let got = values(launch(Some(tile), &a16, &b16).expect("an f16 product"));
+                let got = values(product(&a16, &b16).expect("an f16 product"));
                 let exact = naive(&values(a16), &values(b16), [bs, m, k, n]);
                 let diff = max_rel_diff(&exact, &got);
                 assert!(

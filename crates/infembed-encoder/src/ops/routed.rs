@@ -43,22 +43,35 @@ pub(crate) enum LaunchError {
     Operands(String),
 }
 
-/// The element types cubek computes a product of `dtype` operands in (the operands' and the
-/// output's type; cubek chooses the rest, f32 sums), or `None` for a type it has no float
-/// product of.
-pub(crate) fn elems(dtype: DType) -> Option<MatmulElems> {
-    let kind = match dtype {
-        DType::F32 => FloatKind::F32,
-        DType::F16 => FloatKind::F16,
-        DType::BF16 => FloatKind::BF16,
-        _ => return None,
-    };
+/// The float type of a product of `dtype` operands (and output), or `None` for a type no
+/// routine multiplies.
+fn float_kind(dtype: DType) -> Option<FloatKind> {
+    match dtype {
+        DType::F32 => Some(FloatKind::F32),
+        DType::F16 => Some(FloatKind::F16),
+        DType::BF16 => Some(FloatKind::BF16),
+        _ => None,
+    }
+}
+
+/// The element types cubek computes a product of `kind` operands in (the operands' and the
+/// output's type; cubek chooses the rest, f32 sums).
+fn elems(kind: FloatKind) -> MatmulElems {
     let t = ElemType::Float(kind);
-    Some(MatmulElems::from_globals(&MatmulGlobalElems {
+    MatmulElems::from_globals(&MatmulGlobalElems {
         lhs: t,
         rhs: t,
         out: t,
-    }))
+    })
+}
+
+/// A launch's operands and its new output, as cubecl tensors of one float type.
+pub(crate) struct Operands {
+    pub(crate) lhs: CubeTensor,
+    pub(crate) rhs: CubeTensor,
+    pub(crate) out: CubeTensor,
+    /// The float type of all three.
+    pub(crate) kind: FloatKind,
 }
 
 /// Launches `lhs · rhs` through `launcher` into a new tensor of `lhs`'s type, on `lhs`'s
@@ -73,18 +86,6 @@ pub(crate) fn launch(
     lhs: &Tensor<3>,
     rhs: &Tensor<3>,
 ) -> Result<Tensor<3>, LaunchError> {
-    match launcher {
-        Launcher::Cubek(strategy) => launch_cubek(strategy, lhs, rhs),
-        Launcher::Blocked(tile) => super::blocked::launch(*tile, lhs, rhs),
-    }
-}
-
-/// [`launch`] through one of cubek's routines.
-fn launch_cubek(
-    strategy: &Strategy,
-    lhs: &Tensor<3>,
-    rhs: &Tensor<3>,
-) -> Result<Tensor<3>, LaunchError> {
     let [b, m, k] = lhs.dims();
     let [rb, rk, n] = rhs.dims();
     if (rb, rk) != (b, k) || rhs.dtype() != lhs.dtype() {
@@ -94,9 +95,9 @@ fn launch_cubek(
             rhs.dtype()
         )));
     }
-    let Some(mut dtypes) = elems(lhs.dtype()) else {
+    let Some(kind) = float_kind(lhs.dtype()) else {
         return Err(LaunchError::Operands(format!(
-            "no cubek product of {:?}",
+            "no float product of {:?}",
             lhs.dtype()
         )));
     };
@@ -105,20 +106,33 @@ fn launch_cubek(
             .try_into_primitive::<Cube>()
             .map_err(|e| LaunchError::Operands(format!("not a cubecl tensor: {e:?}")))
     };
-    let (l, r) = (cube(lhs)?, cube(rhs)?);
     let out = Tensor::<3>::empty([b, m, n], (&lhs.device(), lhs.dtype()));
-    let o = cube(&out)?;
-    let client = o.client.clone();
+    let operands = Operands {
+        lhs: cube(lhs)?,
+        rhs: cube(rhs)?,
+        out: cube(&out)?,
+        kind,
+    };
+    match launcher {
+        Launcher::Cubek(strategy) => launch_cubek(strategy, operands)?,
+        Launcher::Blocked(tile) => super::blocked::launch(*tile, operands)?,
+    }
+    Ok(out)
+}
+
+/// [`launch`] through one of cubek's routines.
+fn launch_cubek(strategy: &Strategy, operands: Operands) -> Result<(), LaunchError> {
+    let mut dtypes = elems(operands.kind);
+    let client = operands.out.client.clone();
     cubek::matmul::launch::launch_ref(
         strategy,
         &client,
-        InputBinding::new(l.binding(), dtypes.lhs_global),
-        InputBinding::new(r.binding(), dtypes.rhs_global),
-        o.binding(),
+        InputBinding::new(operands.lhs.binding(), dtypes.lhs_global),
+        InputBinding::new(operands.rhs.binding(), dtypes.rhs_global),
+        operands.out.binding(),
         &mut dtypes,
     )
-    .map_err(LaunchError::Setup)?;
-    Ok(out)
+    .map_err(LaunchError::Setup)
 }
 
 /// How many products fell back to burn's `matmul` (for the tests).
@@ -189,7 +203,7 @@ pub(crate) fn try_linear<const D: usize>(
     let w = layer.weight.val();
     let [d_in, d_out] = w.dims();
     let dims = x.dims();
-    if w.dtype() != x.dtype() || elems(x.dtype()).is_none() || dims[D - 1] != d_in {
+    if w.dtype() != x.dtype() || float_kind(x.dtype()).is_none() || dims[D - 1] != d_in {
         return Err(x); // burn's op computes it, or names the mismatch
     }
     let rows = dims[..D - 1].iter().product();
