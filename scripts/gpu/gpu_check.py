@@ -373,7 +373,8 @@ def cmd_passages(args):
                       "mean_chars": chars / n}))
 
 
-EMBED_RE = re.compile(r"embedded (\d+) (passages|queries) \(d = (\d+)\) in ([0-9.]+) s")
+EMBED_RE = re.compile(
+    r"embedded (\d+) (passages|queries) \(d = (\d+)\) in ([0-9.]+) s(?: \(([0-9.]+)/s\))?")
 TRAIN_RE = re.compile(r"done: (\d+) optimizer steps, ([0-9.]+) rows/s")
 STEP_RE = re.compile(r"train step\s+(\d+)/(\d+) .*rows/s ([0-9.]+)")
 TORCH_TRAIN_RE = re.compile(
@@ -388,11 +389,16 @@ def cmd_embed_log(args):
         _apply_sets(out, args.set)  # a failed run keeps its labels (a routine, a batch size)
         print(json.dumps(out))
         return 1
-    n, _, d, s = m[-1]
+    n, _, d, s, rate = m[-1]
     s = float(s)
-    # infembed prints the encode time with one decimal (0.1 s resolution).
-    out = {"encoded": int(n), "dim": int(d), "encode_seconds": s,
-           "passages_per_s": int(n) / s if s > 0 else None}
+    # The printed time is rounded (to 0.1 s before 2026-11-28, 0.01 s since); the printed
+    # rate comes from the unrounded time, so it is the rate reported when the line has it.
+    if rate and float(rate) > 0:
+        per_s = float(rate)
+        s = int(n) / per_s
+    else:
+        per_s = int(n) / s if s > 0 else None
+    out = {"encoded": int(n), "dim": int(d), "encode_seconds": s, "passages_per_s": per_s}
     if args.wall is not None:
         out["wall_seconds"] = args.wall
         out["passages_per_s_wall"] = int(n) / args.wall if args.wall > 0 else None

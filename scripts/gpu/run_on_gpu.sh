@@ -19,7 +19,7 @@
 #                           and devices always run)
 #   --matmul R              the matrix-product routine of infembed's linear layers on the
 #                           device in every stage (`infembed embed/train --matmul R`; default:
-#                           burn's own; names as the probe reports them)
+#                           the binary's own, `blocked`; names as the probe reports them)
 #   --routines LIST         routines: for each routine one warm-up and one timed `infembed
 #                           embed --matmul R --batch-size 128` of the throughput set (f16 too
 #                           with --infembed-f16), and its embeddings of the parity set against
@@ -32,6 +32,7 @@
 #   --profile-steps N       profile: training steps with cubecl's kernel profiling (10)
 #   --probe-tokens N        probe: token rows of the probed matrix products (default 4096)
 #   --probe-seconds N       probe: stopped after N seconds (default 240; its JSON is then lost)
+#   --probe-routines LIST   probe: only these routines (default: every one the binary knows)
 #   --skip-train            no training stage
 #   --train-max-steps N     stop training after N optimizer steps (a short local test only)
 #   --torch-device D        auto (CUDA when torch sees it, else CPU; default), cuda or cpu
@@ -66,12 +67,15 @@ EMBED_RUNS=2
 INFEMBED_F16=0
 ONLY="probe,parity,torch,throughput,train,profile,sweep,routines"
 MATMUL=""
+# the routine infembed takes without --matmul (crates/infembed-encoder/src/routine.rs)
+DEFAULT_MATMUL=blocked
 ROUTINES="burn,blocked,blocked_64,blocked_128,double_unit,double_unit_min_tile,gemm,simple_cyclic_cmma,double_cyclic_cmma"
 BATCH_SIZES="32,64,128,256"
 PROFILE_PASSAGES=1000
 PROFILE_STEPS=10
 PROBE_TOKENS=4096
 PROBE_SECONDS=240
+PROBE_ROUTINES=""
 SKIP_TRAIN=0
 TRAIN_MAX_STEPS=""
 TORCH_DEVICE=auto
@@ -110,6 +114,7 @@ while [ $# -gt 0 ]; do
         --profile-steps) need_value "$1" $# && PROFILE_STEPS="$2" && shift 2 ;;
         --probe-tokens) need_value "$1" $# && PROBE_TOKENS="$2" && shift 2 ;;
         --probe-seconds) need_value "$1" $# && PROBE_SECONDS="$2" && shift 2 ;;
+        --probe-routines) need_value "$1" $# && PROBE_ROUTINES="$2" && shift 2 ;;
         --batch-sizes) need_value "$1" $# && BATCH_SIZES="$2" && shift 2 ;;
         --matmul) need_value "$1" $# && MATMUL="$2" && shift 2 ;;
         --routines) need_value "$1" $# && ROUTINES="$2" && shift 2 ;;
@@ -139,8 +144,9 @@ for g in "${only_list[@]}"; do
 done
 IFS=, read -r -a routine_list <<<"$ROUTINES"
 [ "${#routine_list[@]}" -gt 0 ] || die "--routines needs at least one routine"
-for r in "${routine_list[@]}" ${MATMUL:+"$MATMUL"}; do
-    [[ "$r" =~ ^[a-z0-9_]+$ ]] || die "--routines/--matmul: routine names are lower-case words with _, not '$r'"
+IFS=, read -r -a probe_list <<<"$PROBE_ROUTINES"
+for r in "${routine_list[@]}" ${MATMUL:+"$MATMUL"} ${probe_list[@]+"${probe_list[@]}"}; do
+    [[ "$r" =~ ^[a-z0-9_]+$ ]] || die "--routines/--matmul/--probe-routines: routine names are lower-case words with _, not '$r'"
 done
 # `--matmul R` for infembed's runs on the device (the CPU refuses it)
 [ -z "$MATMUL" ] || [ "$DEVICE" != cpu ] || die "--matmul is for GPU devices; the CPU computes its own products"
@@ -357,8 +363,10 @@ stage_probe() {
     # at most PROBE_SECONDS: the stages after it must keep their time on a rented machine
     local limit=()
     command -v timeout >/dev/null && limit=(timeout "$PROBE_SECONDS")
+    local only=()
+    [ -n "$PROBE_ROUTINES" ] && only=(--routines "$PROBE_ROUTINES")
     run matmul-probe ${limit[@]+"${limit[@]}"} "$INFEMBED" devices --probe-matmul "$DEVICE" \
-        --tokens "$PROBE_TOKENS" --json "$WORK/matmul-probe.json"
+        --tokens "$PROBE_TOKENS" ${only[@]+"${only[@]}"} --json "$WORK/matmul-probe.json"
     helper stage --name matmul_probe --rc "$RC" --seconds "$SECS" --stderr "$WORK/matmul-probe.err" \
         --stdout "$WORK/matmul-probe.out" --informational --set "tokens=$PROBE_TOKENS" \
         --json "probe=$WORK/matmul-probe.json" --out "$out_file"
@@ -734,7 +742,7 @@ stage_routine_train() {
             --skipped="no routine of the sweep ran and agreed with the CPU" --out "$out_file"
         return
     fi
-    if [ "$best" = "${MATMUL:-burn}" ]; then
+    if [ "$best" = "${MATMUL:-$DEFAULT_MATMUL}" ]; then
         helper stage --name routine_train \
             --skipped="the sweep's fastest agreeing routine ($best) is the train stage's own" \
             --out "$out_file"
@@ -778,9 +786,9 @@ else
 fi
 
 # -------------------------------------------------------------------------------- report
-options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s, "profile_passages": %s, "profile_steps": %s, "probe_tokens": %s, "probe_seconds": %s, "batch_sizes": [%s], "matmul": "%s", "routines": "%s"}' \
+options="$(printf '{"device": "%s", "passages": %s, "throughput_passages": %s, "embed_runs": %s, "infembed_f16": %s, "only": "%s", "skip_train": %s, "train_max_steps": %s, "torch_device": "%s", "torch_backend": "%s", "torch_batch_size": %s, "torch_runs": %s, "threshold": %s, "torch_threshold": %s, "profile_passages": %s, "profile_steps": %s, "probe_tokens": %s, "probe_seconds": %s, "probe_routines": "%s", "batch_sizes": [%s], "matmul": "%s", "routines": "%s"}' \
     "$DEVICE" "$PASSAGES" "$THR_PASSAGES" "$EMBED_RUNS" "$([ "$INFEMBED_F16" = 1 ] && echo true || echo false)" "$ONLY" "$([ "$SKIP_TRAIN" = 1 ] && echo true || echo false)" \
-    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD" "$PROFILE_PASSAGES" "$PROFILE_STEPS" "$PROBE_TOKENS" "$PROBE_SECONDS" "$BATCH_SIZES" "${MATMUL:-burn}" "$ROUTINES")"
+    "${TRAIN_MAX_STEPS:-null}" "$TORCH_DEVICE" "$TORCH_BACKEND" "$TORCH_BATCH" "$TORCH_RUNS" "$THRESHOLD" "$TORCH_THRESHOLD" "$PROFILE_PASSAGES" "$PROFILE_STEPS" "$PROBE_TOKENS" "$PROBE_SECONDS" "${PROBE_ROUTINES:-all}" "$BATCH_SIZES" "${MATMUL:-$DEFAULT_MATMUL}" "$ROUTINES")"
 helper report --stages "$STAGES" --out "$OUT" --device "$DEVICE" --options "$options"
 status=$?
 if [ -n "$LOGS" ]; then

@@ -415,11 +415,10 @@ impl DualEncoder {
     }
 
     /// Computes the towers' linear layers on a GPU device through `routine` from now on
-    /// ([`MatmulRoutine`]: one of cubek's, or this project's `blocked` kernel; the forward
-    /// product and, in training, both backward products; [`MatmulRoutine::BURN`], the default,
-    /// is burn's own `matmul`). Products that the routine declines are left to burn's
-    /// `matmul`. Not recorded in
-    /// [`config`](Self::config): a saved model loads on any device.
+    /// ([`MatmulRoutine`]: this project's `blocked` kernel, the default, one of cubek's, or
+    /// [`MatmulRoutine::BURN`], burn's own `matmul`; the forward product and, in training,
+    /// both backward products). Products that the routine declines are left to burn's
+    /// `matmul`. Not recorded in [`config`](Self::config): a saved model loads on any device.
     ///
     /// # Errors
     /// [`Error::Device`] for a routine other than `burn` on a device that is not a cubecl GPU

@@ -73,9 +73,9 @@ pub struct TrainConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Precision>,
     /// The matrix-product routine of the linear layers on a GPU device (forward and both
-    /// backward products): `burn` (the default, burn's own `matmul`) or one of cubek's by
-    /// the name `infembed devices --probe-matmul` reports (docs/devices.md). Refused on the
-    /// CPU.
+    /// backward products): `blocked` (the default, this project's kernel), `burn` (burn's
+    /// own `matmul`) or one of cubek's by the name `infembed devices --probe-matmul` reports
+    /// (docs/devices.md). A name other than `burn` is refused on the CPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matmul: Option<MatmulRoutine>,
 }

@@ -284,10 +284,11 @@ fn compare(a: &serde_json::Value, b: &serde_json::Value, at: &str, n: &mut usize
     }
 }
 
-/// `--matmul naive` sends the linear layers' products to cubek's naive routine, and `--matmul
-/// blocked` to this project's blocked kernel: cubecl's own kernel log shows each kernel (which
-/// burn's default run does not launch), and the embeddings equal the CPU's. On the CPU,
-/// `--matmul` is a one-line error; an unknown name lists the names.
+/// By default the linear layers' products go to this project's blocked kernel, `--matmul
+/// naive` sends them to cubek's naive routine, and `--matmul burn` to burn's own `matmul`:
+/// cubecl's own kernel log shows each kernel (and not the others'), and the embeddings equal
+/// the CPU's. On the CPU, `--matmul` other than `burn` is a one-line error; an unknown name
+/// lists the names.
 #[test]
 fn embed_through_a_chosen_matmul_routine_equals_the_cpu() {
     if !wgpu_available("embed_through_a_chosen_matmul_routine_equals_the_cpu") {
@@ -316,11 +317,14 @@ fn embed_through_a_chosen_matmul_routine_equals_the_cpu() {
         let index = EmbeddingIndex::load(dir.path().join(format!("{name}.npy"))).unwrap();
         (kernels, index)
     };
-    let (default_log, _) = kernels_with(None, "default");
-    assert!(
-        !default_log.contains(naive_kernel),
-        "burn's default took the naive kernel"
-    );
+    let blocked_kernel = "blocked_matmul";
+    let (burn_log, _) = kernels_with(Some("burn"), "burn");
+    for kernel in [naive_kernel, blocked_kernel] {
+        assert!(
+            !burn_log.contains(kernel),
+            "burn's own matmul took the {kernel} kernel"
+        );
+    }
     let (naive_log, naive) = kernels_with(Some("naive"), "naive");
     assert!(
         naive_log.contains(naive_kernel),
@@ -329,18 +333,13 @@ fn embed_through_a_chosen_matmul_routine_equals_the_cpu() {
     let diff = max_abs_diff(&cpu, &naive);
     eprintln!("tiny BERT through cubek's naive routine vs cpu: max abs diff {diff:e}");
     assert!(diff < 1e-5, "naive routine vs cpu: {diff}");
-    let blocked_kernel = "blocked_matmul";
+    let (default_log, blocked) = kernels_with(None, "default");
     assert!(
-        !default_log.contains(blocked_kernel),
-        "burn's default took the blocked kernel"
-    );
-    let (blocked_log, blocked) = kernels_with(Some("blocked"), "blocked");
-    assert!(
-        blocked_log.contains(blocked_kernel),
-        "no blocked matmul kernel in cubecl's log"
+        default_log.contains(blocked_kernel) && !default_log.contains(naive_kernel),
+        "the default run did not take the blocked kernel alone"
     );
     let diff = max_abs_diff(&cpu, &blocked);
-    eprintln!("tiny BERT through the blocked kernel vs cpu: max abs diff {diff:e}");
+    eprintln!("tiny BERT through the blocked kernel (the default) vs cpu: max abs diff {diff:e}");
     assert!(diff < 1e-5, "blocked kernel vs cpu: {diff}");
 
     let mut on_cpu = embed_command(

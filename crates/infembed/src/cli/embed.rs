@@ -88,7 +88,7 @@ pub fn run(args: &EmbedArgs) -> Result<()> {
         String::new()
     };
     eprintln!(
-        "embedded {embedded} {}{resumed} (d = {}) in {seconds:.1} s ({:.1}/s) -> {}",
+        "embedded {embedded} {}{resumed} (d = {}) in {seconds:.2} s ({:.1}/s) -> {}",
         if args.queries { "queries" } else { "passages" },
         summary.dim,
         embedded as f64 / seconds.max(1e-9),

@@ -26,8 +26,9 @@ pub struct TrainArgs {
     #[arg(long, value_parser = super::device::parse_precision)]
     dtype: Option<infembed::Precision>,
     /// The matrix-product routine of the linear layers on a GPU device (overrides the
-    /// config's `matmul`): `burn` (the default) or one of cubek's, as `infembed devices
-    /// --probe-matmul` names them (docs/devices.md).
+    /// config's `matmul`): `blocked` (the default, this project's kernel), `burn` (burn's own
+    /// `matmul`) or one of cubek's, as `infembed devices --probe-matmul` names them
+    /// (docs/devices.md).
     #[arg(long, value_parser = super::device::parse_matmul)]
     matmul: Option<infembed::MatmulRoutine>,
 }
