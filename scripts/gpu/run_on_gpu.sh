@@ -732,7 +732,7 @@ stage_routines() {
 # embeddings agreed with the CPU's and none of whose products fell back to burn's matmul
 # (gpu_check.py best-routine), so that one call measures a
 # training step through it too. Informational; skipped when that routine is what the train stage
-# already used (burn's, or --matmul's) or the sweep found none.
+# already used (the binary's default, or --matmul's) or the sweep found none.
 stage_routine_train() {
     next_stage routine_train
     local best

@@ -103,3 +103,15 @@ pub(crate) fn rng_lock() -> std::sync::MutexGuard<'static, ()> {
     static RNG: std::sync::Mutex<()> = std::sync::Mutex::new(());
     RNG.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// The wgpu device for test `test`, or `None` after [`infembed_testkit::wgpu_missing`] has
+/// recorded why there is none (a skip outside CI, a failure under `CI=true`). Used by the
+/// tests of the cubecl builds' own kernels.
+#[cfg(test)]
+#[allow(dead_code)]
+pub(crate) fn test_wgpu(test: &str) -> Option<burn::tensor::Device> {
+    crate::device::DeviceSpec::Wgpu(None)
+        .device()
+        .map_err(|e| infembed_testkit::wgpu_missing::<()>(test, &e))
+        .ok()
+}

@@ -153,7 +153,7 @@ pub struct MatmulTiming {
     pub transposed: [bool; 2],
     /// The element types.
     pub precision: ProbePrecision,
-    /// The routine (`burn` is burn's own `matmul`, what the models call).
+    /// The routine (`burn` is burn's own `matmul`; the models call `blocked` by default).
     pub routine: String,
     /// The result.
     pub outcome: ProbeOutcome,
@@ -221,7 +221,7 @@ fn cases(p: &MatmulProbe) -> Vec<Case> {
 }
 
 /// The routines probed ([`MatmulRoutine::all`]), with the launcher of each (`None`:
-/// burn's own `matmul`, what the models call by default).
+/// burn's own `matmul`).
 fn routines() -> Vec<(String, Option<Launcher>)> {
     MatmulRoutine::all()
         .map(|r| (r.name().to_string(), r.launcher()))

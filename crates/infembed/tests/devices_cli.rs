@@ -352,6 +352,12 @@ fn embed_through_a_chosen_matmul_routine_equals_the_cpu() {
     let line = one_error_line(&run(on_cpu.args(["--matmul", "naive"])));
     assert!(line.contains("naive") && line.contains("GPU"), "{line}");
     assert!(!dir.path().join("c.npy").exists());
+    // `burn` names the products the CPU computes anyway: accepted there
+    let cpu_burn = dir.path().join("cb.npy");
+    let mut burn_on_cpu = embed_command("cpu", "f32", &tiny_bert(), &input, &cpu_burn);
+    ok(&run(burn_on_cpu.args(["--matmul", "burn"])));
+    let diff = max_abs_diff(&cpu, &EmbeddingIndex::load(&cpu_burn).unwrap());
+    assert!(diff < 1e-6, "--matmul burn on the CPU vs the CPU: {diff}");
     let mut unknown = embed_command(
         "wgpu",
         "f32",

@@ -658,6 +658,7 @@ mod tests {
                         split_heads(v.clone(), heads),
                         mask.clone(),
                         &drop,
+                        crate::MatmulRoutine::BURN,
                     ));
                     (y * w.clone() * real.clone()).sum()
                 };

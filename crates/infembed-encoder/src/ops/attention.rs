@@ -10,7 +10,9 @@ use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use burn::tensor::ops::AttentionModuleOptions;
 
-use super::{Packing, Prepared, Products, dropout, linear_in, linear_routed};
+use super::{
+    Packing, Prepared, Products, dropout, linear_in, linear_routed, matmul_routed, routes_products,
+};
 use crate::cpu::attention::{self as kernel, QkvWeights};
 use crate::routine::MatmulRoutine;
 
@@ -81,40 +83,53 @@ pub(crate) fn attention(
 ///
 /// (On the `flex` backend BERT runs [`self_attention`]'s packed kernels instead, which draw
 /// the same dropout masks.)
+///
+/// On a cubecl GPU device whose products go through a routine other than `burn` (the default,
+/// [`MatmulRoutine`]), the product is spelled out too, so that its two matrix products (the
+/// scores and the context, and in training their backward products) run that routine rather
+/// than burn's `matmul`.
 pub(crate) fn attention_with_dropout(
     q: Tensor<4>,
     k: Tensor<4>,
     v: Tensor<4>,
     mask: Tensor<4, Bool>,
     dropout: &Dropout,
+    routine: MatmulRoutine,
 ) -> Tensor<4> {
     let active = dropout.prob > 0.0 && dropout.training.is_enabled() && q.device().is_autodiff();
-    if active {
-        attend_decomposed(q, k, v, mask, dropout)
+    if active || routes_products(routine, &q) {
+        attend_decomposed(q, k, v, mask, dropout, routine)
     } else {
         attention(q, k, v, mask, false)
     }
 }
 
-/// The spelled-out attention of [`attention_with_dropout`]. Shapes as [`attention`] with
-/// `H == Hkv`.
+/// The spelled-out attention of [`attention_with_dropout`], its products through `routine`
+/// ([`matmul_routed`]). Shapes as [`attention`] with `H == Hkv`.
 fn attend_decomposed(
     q: Tensor<4>,
     k: Tensor<4>,
     v: Tensor<4>,
     mask: Tensor<4, Bool>,
     dropout_module: &Dropout,
+    routine: MatmulRoutine,
 ) -> Tensor<4> {
     let dh = q.dims()[3];
-    let scores = q
-        .matmul(k.swap_dims(2, 3))
-        .mul_scalar(1.0 / (dh as f64).sqrt());
-    // An additive constant (-1e9 on masked keys, broadcast over heads) rather than `mask_fill`:
-    // the same softmax (masked terms underflow to 0 either way), but no `[B, H, L, L]` mask is
-    // materialized and the backward pass has no masking step.
-    let scores = scores + mask.float().mul_scalar(-1e9);
+    let scores = matmul_routed(q, k.swap_dims(2, 3), routine).mul_scalar(1.0 / (dh as f64).sqrt());
+    let scores = if scores.device().is_autodiff() {
+        // Training (f32): an additive constant (-1e9 on masked keys, broadcast over heads)
+        // rather than `mask_fill`: the same softmax (masked terms underflow to 0 either way),
+        // but no `[B, H, L, L]` mask is materialized and the backward pass has no masking step.
+        scores + mask.float().mul_scalar(-1e9)
+    } else {
+        // Inference, in any float type: masked keys set to -60,000, within f16's range (whose
+        // -1e9 is -inf, and 0 x -inf is NaN), far enough down for their terms to underflow to
+        // 0, and finite, so that a row whose keys are all masked gets no NaN either.
+        let [b, h, lq, lk] = scores.dims();
+        scores.mask_fill(mask.expand([b, h, lq, lk]), -6.0e4)
+    };
     let probs = dropout(dropout_module, softmax(scores, 3));
-    probs.matmul(v)
+    matmul_routed(probs, v, routine)
 }
 
 /// The query, key and value projections prepared once per model for the `flex` inference
@@ -210,6 +225,7 @@ pub(crate) fn padded_self_attention(
         v,
         packing.key_mask(),
         dropout,
+        routine,
     )))
 }
 
@@ -305,7 +321,14 @@ mod tests {
         let pad = Tensor::<2, Bool>::from_data(TensorData::new(pad, [b, l]), &device);
         let mask = key_padding_mask(pad);
         let fused = attention(q.clone(), k.clone(), v.clone(), mask.clone(), false);
-        let spelled = attend_decomposed(q, k, v, mask, &DropoutConfig::new(0.0).init());
+        let spelled = attend_decomposed(
+            q,
+            k,
+            v,
+            mask,
+            &DropoutConfig::new(0.0).init(),
+            MatmulRoutine::BURN,
+        );
         let diff = (fused - spelled).abs().max().into_scalar::<f32>();
         assert!(diff < 1e-5, "max difference {diff}");
     }
@@ -324,10 +347,17 @@ mod tests {
         let drop = DropoutConfig::new(0.5).init();
         let run = |d: &Dropout, seed: u64| {
             device.seed(seed);
-            attention_with_dropout(q.clone(), k.clone(), v.clone(), mask.clone(), d)
-                .into_data()
-                .try_to_vec::<f32>()
-                .expect("f32")
+            attention_with_dropout(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                mask.clone(),
+                d,
+                MatmulRoutine::BURN,
+            )
+            .into_data()
+            .try_to_vec::<f32>()
+            .expect("f32")
         };
         let plain = attention(q.clone(), k.clone(), v.clone(), mask.clone(), false)
             .into_data()
@@ -345,5 +375,110 @@ mod tests {
         assert_eq!(t1, t2, "same seed, same masks");
         assert!(max_diff(&t1, &plain) > 1e-3, "dropout changed nothing");
         assert_ne!(t1, t3, "another seed, other masks");
+    }
+
+    /// On wgpu (Mesa's software driver in CI), the padded self-attention through the
+    /// `blocked` routine, whose score and context products are spelled out and routed, equals
+    /// burn's attention op (`burn`): in inference (masked keys filled), and in training (masked
+    /// keys pushed down) in the gradients of the input and of the three projections' weights;
+    /// with sequences that end in padding, and no product falling back to burn's `matmul`.
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    #[test]
+    fn routed_self_attention_equals_burns_attention() {
+        use infembed_testkit::max_rel_diff;
+        use std::sync::atomic::Ordering;
+        let Some(gpu) = crate::test_wgpu("routed_self_attention_equals_burns_attention") else {
+            return;
+        };
+        let values = |t: Tensor<2>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        let (d, heads, l) = (32, 4, 7);
+        let lengths = [7usize, 3, 5];
+        let pad: Vec<bool> = lengths
+            .iter()
+            .flat_map(|&n| (0..l).map(move |j| j >= n))
+            .collect();
+        let cpu = Device::flex();
+        let cpu_layers: Vec<Linear> = (0..3).map(|_| LinearConfig::new(d, d).init(&cpu)).collect();
+        let x = Tensor::<2>::random(
+            [lengths.iter().sum::<usize>(), d],
+            Distribution::Normal(0.0, 1.0),
+            &cpu,
+        );
+        let on = |device: &Device| {
+            let layers: Vec<Linear> = cpu_layers
+                .iter()
+                .map(|layer| {
+                    let mut layer = layer.clone();
+                    let moved = |t: Tensor<2>| Tensor::<2>::from_data(t.into_data(), device);
+                    layer.weight = burn::module::Param::from_tensor(moved(layer.weight.val()));
+                    layer.bias = layer.bias.map(|b| {
+                        burn::module::Param::from_tensor(Tensor::<1>::from_data(
+                            b.val().into_data(),
+                            device,
+                        ))
+                    });
+                    layer
+                })
+                .collect();
+            let x = Tensor::<2>::from_data(x.clone().into_data(), device);
+            (layers, x, Packing::new(&pad, lengths.len(), l, device))
+        };
+        let no_dropout = DropoutConfig::new(0.0).init();
+        let run = |device: &Device, routine: MatmulRoutine| {
+            let (layers, x, packing) = on(device);
+            let x = if device.is_autodiff() {
+                x.require_grad()
+            } else {
+                x
+            };
+            let [q, k, v] = [&layers[0], &layers[1], &layers[2]];
+            let y = padded_self_attention([q, k, v], heads, &no_dropout, &x, &packing, routine);
+            if !device.is_autodiff() {
+                return vec![values(y)];
+            }
+            let r = Tensor::<2>::from_data(
+                Tensor::<2>::random(y.dims(), Distribution::Normal(0.0, 1.0), &cpu).into_data(),
+                device,
+            );
+            let grads = (y * r).sum().backward();
+            let mut out = vec![values(x.grad(&grads).expect("the input's gradient"))];
+            for layer in &layers {
+                out.push(values(
+                    layer.weight.grad(&grads).expect("a weight's gradient"),
+                ));
+            }
+            out
+        };
+        for device in [gpu.clone(), gpu.autodiff()] {
+            let _rng = crate::rng_lock();
+            cpu.seed(5);
+            let launches = || super::super::blocked::LAUNCHES.load(Ordering::SeqCst);
+            let burn = run(&device, MatmulRoutine::BURN);
+            let before = (super::super::routed::fallbacks(), launches());
+            cpu.seed(5);
+            let blocked = run(&device, MatmulRoutine::BLOCKED);
+            assert_eq!(
+                super::super::routed::fallbacks(),
+                before.0,
+                "a product fell back to burn's matmul"
+            );
+            // 3 projections and the 2 attention products, each with 2 more in training (other
+            // tests running beside this one may add theirs: at least these)
+            let expected = if device.is_autodiff() { 15 } else { 5 };
+            assert!(
+                launches() - before.1 >= expected,
+                "autodiff {}: {} blocked launches, not the attention's products",
+                device.is_autodiff(),
+                launches() - before.1
+            );
+            for (i, (a, b)) in burn.iter().zip(&blocked).enumerate() {
+                let diff = max_rel_diff(a, b);
+                assert!(
+                    diff < 1e-4,
+                    "autodiff {}: output {i} differs by {diff}",
+                    device.is_autodiff()
+                );
+            }
+        }
     }
 }

@@ -20,7 +20,9 @@
 //!   shared words and write neighbouring output columns;
 //! - while the cube computes on the slices in shared memory, each unit fetches its share of
 //!   the next ones into registers (the global reads' latency hidden behind the arithmetic);
-//! - the edges (any `M`, `N`, `K`) are loaded as zeros and not written.
+//! - the edges (any `M`, `N`, `K`) are loaded as zeros and not written; any batch dimensions
+//!   (shared by the operands and the output, each read through its own strides: attention's
+//!   `[B, H, L, Dh]` head views of `[B, L, H Dh]` rows need no copy).
 //!
 //! Two block sizes: `128 x 128` (8 x 8 a unit, 256 units) for products with enough blocks to
 //! fill the device twice, `64 x 64` (4 x 4 a unit, 256 units) for the smaller ones.
@@ -222,9 +224,10 @@ mod kernel {
         );
     }
 
-    /// One `bm x bn` block of `out = lhs · rhs` per cube (module docs). `lhs`: `[B, M, K]`,
-    /// `rhs`: `[B, K, N]`, `out`: `[B, M, N]`, any strides (a GPU runtime may pad the rows
-    /// of a new tensor).
+    /// One `bm x bn` block of `out = lhs · rhs` per cube (module docs). `lhs`: `[..., M, K]`,
+    /// `rhs`: `[..., K, N]`, `out`: `[..., M, N]` with the same batch dimensions (one cube
+    /// row per batch along `z`), any strides (a GPU runtime may pad the rows of a new
+    /// tensor).
     #[cube(launch)]
     pub(super) fn blocked_matmul<F: Float>(
         lhs: &Tensor<F>,
@@ -240,24 +243,40 @@ mod kernel {
         let unit = UNIT_POS as usize;
         let ty = unit / units_x;
         let tx = unit % units_x;
-        let batch = CUBE_POS_Z as usize;
-        let n = out.shape(2);
+        // where this cube's batch (`z`, counted over the shared batch dimensions, the last
+        // fastest) starts in each tensor, by its own strides
+        let rank = out.rank();
+        let (rows_dim, cols_dim) = (rank - 2, rank - 1);
+        let mut rest = CUBE_POS_Z as usize;
+        let mut lhs_base = 0usize;
+        let mut rhs_base = 0usize;
+        let mut out_base = 0usize;
+        for i in 0..rows_dim {
+            let d = rows_dim - 1 - i;
+            let size = out.shape(d);
+            let index = rest % size;
+            rest /= size;
+            lhs_base += index * lhs.stride(d);
+            rhs_base += index * rhs.stride(d);
+            out_base += index * out.stride(d);
+        }
+        let n = out.shape(cols_dim);
         let w = Window {
             lhs: Strided {
-                base: batch * lhs.stride(0),
-                along_rows: lhs.stride(1),
-                along_depth: lhs.stride(2),
+                base: lhs_base,
+                along_rows: lhs.stride(rows_dim),
+                along_depth: lhs.stride(cols_dim),
             },
             rhs: Strided {
-                base: batch * rhs.stride(0),
-                along_rows: rhs.stride(2),
-                along_depth: rhs.stride(1),
+                base: rhs_base,
+                along_rows: rhs.stride(cols_dim),
+                along_depth: rhs.stride(rows_dim),
             },
             row0: CUBE_POS_Y as usize * bm,
             col0: CUBE_POS_X as usize * bn,
-            m: out.shape(1),
+            m: out.shape(rows_dim),
             n,
-            k: lhs.shape(2),
+            k: lhs.shape(cols_dim),
             unit,
         };
 
@@ -321,8 +340,7 @@ mod kernel {
             k0 = next;
         }
 
-        let out_base = batch * out.stride(0);
-        let (out_m, out_n) = (out.stride(1), out.stride(2));
+        let (out_m, out_n) = (out.stride(rows_dim), out.stride(cols_dim));
         #[unroll]
         for i in 0..tm {
             let gr = w.row0 + ty + i * (bm / tm);
@@ -337,15 +355,21 @@ mod kernel {
     }
 }
 
+/// How many products were sent to the kernel (for the tests).
+#[cfg(test)]
+pub(crate) static LAUNCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// `lhs · rhs` through the blocked kernel with `tile` (`None`: [`Tile::for_output`]) into
 /// `operands.out` ([`routed::launch`](super::routed::launch) checks the operands and makes
 /// the output). f32, f16 and bf16 operands (the sums in f32); strided views are read in place.
 ///
 /// # Shapes
-/// - `lhs`: `[B, M, K]`
-/// - `rhs`: `[B, K, N]`
-/// - output: `[B, M, N]`
+/// - `lhs`: `[..., M, K]`
+/// - `rhs`: `[..., K, N]`
+/// - output: `[..., M, N]` (the operands' batch dimensions)
 pub(crate) fn launch(tile: Option<Tile>, operands: Operands) -> Result<(), LaunchError> {
+    #[cfg(test)]
+    LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let Operands {
         lhs,
         rhs,
@@ -356,7 +380,15 @@ pub(crate) fn launch(tile: Option<Tile>, operands: Operands) -> Result<(), Launc
         return Err(LaunchError::Operands("a storage-tiled operand".into()));
     }
     let shape = out.meta.shape();
-    let (b, m, n) = (shape[0], shape[1], shape[2]);
+    let rank = shape.len();
+    if rank < 2 {
+        return Err(LaunchError::Operands(format!("a product of rank {rank}")));
+    }
+    let (b, m, n) = (
+        shape[..rank - 2].iter().product::<usize>(),
+        shape[rank - 2],
+        shape[rank - 1],
+    );
     if b * m * n == 0 {
         return Ok(());
     }
@@ -367,8 +399,8 @@ pub(crate) fn launch(tile: Option<Tile>, operands: Operands) -> Result<(), Launc
             client.properties().hardware.num_streaming_multiprocessors,
         )
     });
-    let lhs_k_major = lhs.meta.strides[2] == 1;
-    let rhs_n_major = rhs.meta.strides[2] == 1;
+    let lhs_k_major = lhs.meta.strides[rank - 1] == 1;
+    let rhs_n_major = rhs.meta.strides[rank - 1] == 1;
     let [x, y, z] = tile.blocks([b, m, n]);
     let count = |v: usize| {
         u32::try_from(v).map_err(|_| LaunchError::Operands(format!("{v} blocks on one axis")))
@@ -402,8 +434,6 @@ mod tests {
     use crate::routine::Launcher;
     use infembed_testkit::max_rel_diff;
 
-    use crate::device::DeviceSpec;
-
     fn values(t: Tensor<3>) -> Vec<f32> {
         t.into_data().convert::<f32>().try_to_vec().unwrap()
     }
@@ -414,15 +444,8 @@ mod tests {
     /// f16 operands (within f16's rounding, and not f32's exact result).
     #[test]
     fn blocked_products_equal_a_naive_product() {
-        let gpu = match DeviceSpec::Wgpu(None).device() {
-            Ok(d) => d,
-            Err(e) => {
-                return infembed_testkit::wgpu_missing(
-                    "blocked_products_equal_a_naive_product",
-                    &e,
-                )
-                .unwrap_or(());
-            }
+        let Some(gpu) = crate::test_wgpu("blocked_products_equal_a_naive_product") else {
+            return;
         };
         let naive = |a: &[f32], b: &[f32], [bs, m, k, n]: [usize; 4]| {
             let mut out = vec![0f32; bs * m * n];
@@ -489,6 +512,34 @@ mod tests {
                     (1e-6..1e-2).contains(&diff),
                     "{tile:?} f16 [{bs}, {m}, {k}, {n}]: differs by {diff}"
                 );
+            }
+        }
+    }
+
+    /// Products of rank 4 with two batch dimensions, as attention computes them: the heads of
+    /// `[B, L, H Dh]` projections read as `[B, H, L, Dh]` views (`q kᵀ`, the key transposed
+    /// in place, then `p v`), against burn's own `matmul` of the same views, for both tiles.
+    #[test]
+    fn blocked_products_of_head_views_equal_burns() {
+        let Some(gpu) = crate::test_wgpu("blocked_products_of_head_views_equal_burns") else {
+            return;
+        };
+        let values4 = |t: Tensor<4>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        let (b, l, h, dh) = (2, 37, 3, 8);
+        let heads = |t: Tensor<3>| t.reshape([b, l, h, dh]).swap_dims(1, 2);
+        let rand = || Tensor::<3>::random([b, l, h * dh], Distribution::Normal(0.0, 1.0), &gpu);
+        let (q, k, v) = (heads(rand()), heads(rand()), heads(rand()));
+        let p = Tensor::<4>::random([b, h, l, l], Distribution::Normal(0.0, 1.0), &gpu);
+        for tile in [Tile::SMALL, Tile::LARGE] {
+            let launcher = Launcher::Blocked(Some(tile));
+            for (what, lhs, rhs) in [
+                ("q kT", q.clone(), k.clone().swap_dims(2, 3)),
+                ("p v", p.clone(), v.clone()),
+            ] {
+                let got = routed::launch(&launcher, &lhs, &rhs).expect("an f32 product");
+                assert_eq!(got.dims(), lhs.clone().matmul(rhs.clone()).dims());
+                let diff = max_rel_diff(&values4(lhs.matmul(rhs)), &values4(got));
+                assert!(diff < 1e-5, "{tile:?} {what}: differs by {diff}");
             }
         }
     }

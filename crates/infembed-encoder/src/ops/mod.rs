@@ -91,6 +91,41 @@ fn try_routed<const D: usize>(
     }
 }
 
+/// `lhs · rhs` with the product (and, on an autodiff graph, its backward products) through
+/// `routine` on a cubecl device ([`MatmulRoutine`]); burn's `matmul` with
+/// [`MatmulRoutine::BURN`], on every other device, and in builds without a cubecl device.
+///
+/// # Shapes
+/// - `lhs`: `[..., M, K]`
+/// - `rhs`: `[..., K, N]`
+/// - output: `[..., M, N]`
+pub(crate) fn matmul_routed<const D: usize>(
+    lhs: Tensor<D>,
+    rhs: Tensor<D>,
+    routine: MatmulRoutine,
+) -> Tensor<D> {
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    let (lhs, rhs) = match routed::try_matmul(lhs, rhs, routine) {
+        Ok(y) => return y,
+        Err(operands) => operands,
+    };
+    #[cfg(not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))))]
+    let _ = routine;
+    lhs.matmul(rhs)
+}
+
+/// Whether [`matmul_routed`] sends products of tensors like `t` through `routine` (a routine
+/// other than `burn`, and a float tensor on a cubecl device).
+pub(crate) fn routes_products<const D: usize>(routine: MatmulRoutine, t: &Tensor<D>) -> bool {
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    return routed::routes(routine, t);
+    #[cfg(not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))))]
+    {
+        let _ = (routine, t);
+        false
+    }
+}
+
 /// [`linear`] with its products (on the `flex` backend, forward and backward) in `float`.
 fn linear_in<const D: usize>(layer: &Linear, x: Tensor<D>, float: Float) -> Tensor<D> {
     try_linear_in(layer, x, Activation::Identity, float).unwrap_or_else(|x| layer.forward(x))

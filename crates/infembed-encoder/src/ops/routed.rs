@@ -75,22 +75,22 @@ pub(crate) struct Operands {
 }
 
 /// Launches `lhs · rhs` through `launcher` into a new tensor of `lhs`'s type, on `lhs`'s
-/// device (plain cubecl tensors; strided views such as transposes are read in place).
+/// device (plain cubecl tensors; strided views such as transposes are read in place). The
+/// leading dimensions are batch dimensions, the same in both operands (not broadcast).
 ///
 /// # Shapes
-/// - `lhs`: `[B, M, K]`
-/// - `rhs`: `[B, K, N]`
-/// - output: `[B, M, N]`
-pub(crate) fn launch(
+/// - `lhs`: `[..., M, K]`
+/// - `rhs`: `[..., K, N]`
+/// - output: `[..., M, N]`
+pub(crate) fn launch<const D: usize>(
     launcher: &Launcher,
-    lhs: &Tensor<3>,
-    rhs: &Tensor<3>,
-) -> Result<Tensor<3>, LaunchError> {
-    let [b, m, k] = lhs.dims();
-    let [rb, rk, n] = rhs.dims();
-    if (rb, rk) != (b, k) || rhs.dtype() != lhs.dtype() {
+    lhs: &Tensor<D>,
+    rhs: &Tensor<D>,
+) -> Result<Tensor<D>, LaunchError> {
+    let (ld, rd) = (lhs.dims(), rhs.dims());
+    if D < 2 || ld[..D - 2] != rd[..D - 2] || rd[D - 2] != ld[D - 1] || rhs.dtype() != lhs.dtype() {
         return Err(LaunchError::Operands(format!(
-            "[{b}, {m}, {k}] ({:?}) times [{rb}, {rk}, {n}] ({:?})",
+            "{ld:?} ({:?}) times {rd:?} ({:?})",
             lhs.dtype(),
             rhs.dtype()
         )));
@@ -101,12 +101,14 @@ pub(crate) fn launch(
             lhs.dtype()
         )));
     };
-    let cube = |t: &Tensor<3>| {
+    let cube = |t: &Tensor<D>| {
         t.clone()
             .try_into_primitive::<Cube>()
             .map_err(|e| LaunchError::Operands(format!("not a cubecl tensor: {e:?}")))
     };
-    let out = Tensor::<3>::empty([b, m, n], (&lhs.device(), lhs.dtype()));
+    let mut out_dims = ld;
+    out_dims[D - 1] = rd[D - 1];
+    let out = Tensor::<D>::empty(out_dims, (&lhs.device(), lhs.dtype()));
     let operands = Operands {
         lhs: cube(lhs)?,
         rhs: cube(rhs)?,
@@ -139,6 +141,12 @@ fn launch_cubek(strategy: &Strategy, operands: Operands) -> Result<(), LaunchErr
 #[cfg(test)]
 static FALLBACKS: AtomicUsize = AtomicUsize::new(0);
 
+/// How many products have fallen back to burn's `matmul` so far (for the tests).
+#[cfg(test)]
+pub(crate) fn fallbacks() -> usize {
+    FALLBACKS.load(Ordering::SeqCst)
+}
+
 /// Says once per routine and reason that burn's `matmul` computes what the routine did not.
 fn note_fallback(routine: MatmulRoutine, reason: &str) {
     static SAID: Mutex<Option<HashSet<String>>> = Mutex::new(None);
@@ -151,18 +159,18 @@ fn note_fallback(routine: MatmulRoutine, reason: &str) {
     }
 }
 
-/// `lhs · rhs` through `routine`, or through burn's `matmul` where cubek does not run it.
+/// `lhs · rhs` through `routine`, or through burn's `matmul` where the routine does not run it.
 ///
 /// # Shapes
-/// - `lhs`: `[B, M, K]`
-/// - `rhs`: `[B, K, N]`
-/// - output: `[B, M, N]`
-fn product(
+/// - `lhs`: `[..., M, K]`
+/// - `rhs`: `[..., K, N]`
+/// - output: `[..., M, N]`
+fn product<const D: usize>(
     routine: MatmulRoutine,
     launcher: &Launcher,
-    lhs: Tensor<3>,
-    rhs: Tensor<3>,
-) -> Tensor<3> {
+    lhs: Tensor<D>,
+    rhs: Tensor<D>,
+) -> Tensor<D> {
     let reason = match catch_unwind(AssertUnwindSafe(|| launch(launcher, &lhs, &rhs))) {
         Ok(Ok(out)) => return out,
         Ok(Err(LaunchError::Setup(e))) => format!("{e}"),
@@ -174,14 +182,52 @@ fn product(
 }
 
 /// A plain cubecl primitive as a tensor.
-fn plain(t: CubeTensor) -> Tensor<3> {
+fn plain<const D: usize>(t: CubeTensor) -> Tensor<D> {
     Tensor::from_primitive::<Cube>(t)
 }
 
 /// A plain tensor back to its cubecl primitive (every tensor made here from cubecl ones is).
-fn primitive(t: Tensor<3>) -> CubeTensor {
+fn primitive<const D: usize>(t: Tensor<D>) -> CubeTensor {
     t.try_into_primitive::<Cube>()
         .expect("products of cubecl tensors are cubecl tensors")
+}
+
+/// Whether [`try_matmul`] routes products of tensors like `t` through `routine`: a routine
+/// other than `burn`, and a float tensor of the cubecl backend (plain or on an autodiff graph
+/// without checkpointing).
+pub(crate) fn routes<const D: usize>(routine: MatmulRoutine, t: &Tensor<D>) -> bool {
+    routine.launcher().is_some()
+        && float_kind(t.dtype()).is_some()
+        && (t.clone().try_into_primitive::<Cube>().is_ok()
+            || t.clone().try_into_primitive::<Autodiff<Cube>>().is_ok())
+}
+
+/// `lhs · rhs` (and, on an autodiff graph, its two backward products) through `routine` when
+/// [`routes`] says so for both operands; anything else is handed back as `Err((lhs, rhs))`.
+/// Batch dimensions the operands do not share (broadcasting) are left to burn's `matmul`.
+///
+/// # Shapes
+/// - `lhs`: `[..., M, K]`
+/// - `rhs`: `[..., K, N]`
+/// - output: `[..., M, N]`
+#[allow(clippy::result_large_err)]
+pub(crate) fn try_matmul<const D: usize>(
+    lhs: Tensor<D>,
+    rhs: Tensor<D>,
+    routine: MatmulRoutine,
+) -> Result<Tensor<D>, (Tensor<D>, Tensor<D>)> {
+    let Some(launcher) = routine.launcher().filter(|_| routes(routine, &lhs)) else {
+        return Err((lhs, rhs));
+    };
+    if lhs.dtype() != rhs.dtype() {
+        return Err((lhs, rhs));
+    }
+    let y = if lhs.device().is_autodiff() {
+        tracked(routine, &launcher, lhs.clone(), rhs.clone())
+    } else {
+        Some(product(routine, &launcher, lhs.clone(), rhs.clone()))
+    };
+    y.ok_or((lhs, rhs))
 }
 
 /// `act(x W + b)`'s product `x W` (and, on an autodiff device, its two backward products)
@@ -197,7 +243,9 @@ pub(crate) fn try_linear<const D: usize>(
     x: Tensor<D>,
     routine: MatmulRoutine,
 ) -> Result<Tensor<D>, Tensor<D>> {
-    let Some(launcher) = routine.launcher() else {
+    // first the cheap checks: with `blocked` the default, every linear layer of every device
+    // comes here, the CPU's included
+    let Some(launcher) = routine.launcher().filter(|_| routes(routine, &x)) else {
         return Err(x);
     };
     let w = layer.weight.val();
@@ -210,16 +258,9 @@ pub(crate) fn try_linear<const D: usize>(
     let x3 = x.clone().reshape([1, rows, d_in]);
     let w3 = w.unsqueeze::<3>();
     let y = if x.device().is_autodiff() {
-        let y = tracked(routine, &launcher, x3, w3);
-        if y.is_none() && crate::ops::routes_on(&x.device()) {
-            // a cubecl device whose autodiff graph checkpoints: not this step's backend type
-            note_fallback(routine, "an autodiff graph with gradient checkpointing");
-        }
-        y
-    } else if x3.clone().try_into_primitive::<Cube>().is_ok() {
-        Some(product(routine, &launcher, x3, w3))
+        tracked(routine, &launcher, x3, w3)
     } else {
-        None
+        Some(product(routine, &launcher, x3, w3))
     };
     let Some(y) = y else {
         return Err(x);
@@ -235,12 +276,12 @@ pub(crate) fn try_linear<const D: usize>(
 
 /// The product on an autodiff graph of cubecl tensors, with [`RoutedMatmul`]'s backward step;
 /// `None` when the operands are not on one.
-fn tracked(
+fn tracked<const D: usize>(
     routine: MatmulRoutine,
     launcher: &Launcher,
-    x: Tensor<3>,
-    w: Tensor<3>,
-) -> Option<Tensor<3>> {
+    x: Tensor<D>,
+    w: Tensor<D>,
+) -> Option<Tensor<D>> {
     let (Ok(xp), Ok(wp)) = (
         x.try_into_primitive::<Autodiff<Cube>>(),
         w.try_into_primitive::<Autodiff<Cube>>(),
@@ -249,14 +290,14 @@ fn tracked(
     };
     let (lhs, rhs) = (xp.primitive().clone(), wp.primitive().clone());
     let forward = |l: &CubeTensor, r: &CubeTensor| {
-        primitive(product(
+        primitive(product::<D>(
             routine,
             launcher,
             plain(l.clone()),
             plain(r.clone()),
         ))
     };
-    let out = match RoutedMatmul(routine)
+    let out = match RoutedMatmul::<D>(routine)
         .prepare::<NoCheckpointing>([xp.node(), wp.node()])
         .compute_bound()
         .stateful()
@@ -270,26 +311,29 @@ fn tracked(
     Some(Tensor::from_primitive::<Autodiff<Cube>>(out))
 }
 
-/// The backward step of a routed product `y = a b`: `da = g bᵀ`, `db = aᵀ g`, each through
-/// the same routine (the state holds `a` and `b`).
+/// The backward step of a routed product `y = a b` of rank `D`: `da = g bᵀ`, `db = aᵀ g`
+/// (transposes of the last two dimensions), each through the same routine (the state holds
+/// `a` and `b`).
 #[derive(Debug)]
-struct RoutedMatmul(MatmulRoutine);
+struct RoutedMatmul<const D: usize>(MatmulRoutine);
 
-impl Backward<Cube, 2> for RoutedMatmul {
+impl<const D: usize> Backward<Cube, 2> for RoutedMatmul<D> {
     type State = (CubeTensor, CubeTensor);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let routine = self.0;
         let launcher = routine.launcher().expect("a routed product has a launcher");
-        let g = plain(grads.consume::<Cube>(&ops.node));
+        let g = plain::<D>(grads.consume::<Cube>(&ops.node));
         let [pa, pb] = ops.parents;
         let (a, b) = ops.state;
         if let Some(node) = pa {
-            let da = product(routine, &launcher, g.clone(), plain(b).swap_dims(1, 2));
+            let bt = plain::<D>(b).swap_dims(D - 2, D - 1);
+            let da = product(routine, &launcher, g.clone(), bt);
             grads.register::<Cube>(node.id, primitive(da));
         }
         if let Some(node) = pb {
-            let db = product(routine, &launcher, plain(a).swap_dims(1, 2), g);
+            let at = plain::<D>(a).swap_dims(D - 2, D - 1);
+            let db = product(routine, &launcher, at, g);
             grads.register::<Cube>(node.id, primitive(db));
         }
     }
@@ -302,8 +346,6 @@ mod tests {
     use burn::nn::LinearConfig;
     use burn::tensor::Distribution;
     use infembed_testkit::max_rel_diff;
-
-    use crate::device::DeviceSpec;
 
     fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
         t.into_data().convert::<f32>().try_to_vec().unwrap()
@@ -329,15 +371,9 @@ mod tests {
     /// matmul where the driver has no tensor cores. The CPU and `burn` are not routed.
     #[test]
     fn routed_linear_equals_burns_linear_forward_and_backward() {
-        let gpu = match DeviceSpec::Wgpu(None).device() {
-            Ok(d) => d,
-            Err(e) => {
-                return infembed_testkit::wgpu_missing(
-                    "routed_linear_equals_burns_linear_forward_and_backward",
-                    &e,
-                )
-                .unwrap_or(());
-            }
+        let Some(gpu) = crate::test_wgpu("routed_linear_equals_burns_linear_forward_and_backward")
+        else {
+            return;
         };
         let cpu = Device::flex();
         let cpu_layer = LinearConfig::new(48, 40).init(&cpu);
