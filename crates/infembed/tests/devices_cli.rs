@@ -287,7 +287,7 @@ fn compare(a: &serde_json::Value, b: &serde_json::Value, at: &str, n: &mut usize
 /// By default the linear layers' products go to this project's blocked kernel, `--matmul
 /// naive` sends them to cubek's naive routine, and `--matmul burn` to burn's own `matmul`:
 /// cubecl's own kernel log shows each kernel (and not the others'), and the embeddings equal
-/// the CPU's. On the CPU, `--matmul` other than `burn` is a one-line error; an unknown name
+/// the CPU's. The LayerNorms run as this project's one kernel in every case. On the CPU, `--matmul` other than `burn` is a one-line error; an unknown name
 /// lists the names.
 #[test]
 fn embed_through_a_chosen_matmul_routine_equals_the_cpu() {
@@ -337,6 +337,11 @@ fn embed_through_a_chosen_matmul_routine_equals_the_cpu() {
     assert!(
         default_log.contains(blocked_kernel) && !default_log.contains(naive_kernel),
         "the default run did not take the blocked kernel alone"
+    );
+    // and its LayerNorms are one kernel each (ops::cube_norm), whatever the routine
+    assert!(
+        default_log.contains("layer_norm_rows") && burn_log.contains("layer_norm_rows"),
+        "no one-kernel LayerNorm in cubecl's log"
     );
     let diff = max_abs_diff(&cpu, &blocked);
     eprintln!("tiny BERT through the blocked kernel (the default) vs cpu: max abs diff {diff:e}");

@@ -11,6 +11,8 @@
 mod attention;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 pub(crate) mod blocked;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+mod cube_norm;
 mod packing;
 // `try_linear` hands the caller's tensor back as its `Err`, as the CPU wing's kernels do
 #[allow(clippy::result_large_err)]
@@ -352,5 +354,15 @@ pub(crate) fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<
 /// - `x`: `[..., d]`, `d` the module's width
 /// - output: like `x`
 pub(crate) fn layer_norm<const D: usize>(module: &LayerNorm, eps: f64, x: Tensor<D>) -> Tensor<D> {
-    try_layer_norm(module, eps, x).unwrap_or_else(|x| module.forward(x))
+    let x = match try_layer_norm(module, eps, x) {
+        Ok(y) => return y,
+        Err(x) => x,
+    };
+    // one kernel on a cubecl device at inference, where burn spells it out in nine
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    let x = match cube_norm::try_layer_norm(module, eps, x) {
+        Ok(y) => return y,
+        Err(x) => x,
+    };
+    module.forward(x)
 }

@@ -45,7 +45,7 @@ pub(crate) enum LaunchError {
 
 /// The float type of a product of `dtype` operands (and output), or `None` for a type no
 /// routine multiplies.
-fn float_kind(dtype: DType) -> Option<FloatKind> {
+pub(crate) fn float_kind(dtype: DType) -> Option<FloatKind> {
     match dtype {
         DType::F32 => Some(FloatKind::F32),
         DType::F16 => Some(FloatKind::F16),
