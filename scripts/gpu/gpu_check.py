@@ -374,7 +374,8 @@ def cmd_passages(args):
 
 
 EMBED_RE = re.compile(
-    r"embedded (\d+) (passages|queries) \(d = (\d+)\) in ([0-9.]+) s(?: \(([0-9.]+)/s\))?")
+    r"embedded (\d+) (passages|queries)(?: \(\d+ resumed from .*?\))? \(d = (\d+)\) in ([0-9.]+) s"
+    r"(?: \(([0-9.]+)/s\))?")
 TRAIN_RE = re.compile(r"done: (\d+) optimizer steps, ([0-9.]+) rows/s")
 STEP_RE = re.compile(r"train step\s+(\d+)/(\d+) .*rows/s ([0-9.]+)")
 TORCH_TRAIN_RE = re.compile(

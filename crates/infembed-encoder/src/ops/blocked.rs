@@ -82,11 +82,14 @@ impl Tile {
     }
 
     /// The tile for a `[B, M, N]` output on a device of `sms` multiprocessors (when it says):
-    /// the large one when its blocks fill the device twice, else the small one.
+    /// the large one when the output is at least one large block tall and wide and its blocks
+    /// fill the device twice, else the small one (which wastes less of a block on attention's
+    /// `L x L` scores and `L x 32` contexts).
     pub(crate) fn for_output(out: [usize; 3], sms: Option<u32>) -> Self {
         let sms = sms.map_or(100, |s| s as usize);
+        let [_, m, n] = out;
         let [x, y, z] = Self::LARGE.blocks(out);
-        if x * y * z >= 2 * sms {
+        if m >= Self::LARGE.bm && n >= Self::LARGE.bn && x * y * z >= 2 * sms {
             Self::LARGE
         } else {
             Self::SMALL
@@ -355,9 +358,12 @@ mod kernel {
     }
 }
 
-/// How many products were sent to the kernel (for the tests).
 #[cfg(test)]
-pub(crate) static LAUNCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+thread_local! {
+    /// How many products this thread sent to the kernel (for the tests; see
+    /// `routed::fallbacks`).
+    pub(crate) static LAUNCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
 /// `lhs · rhs` through the blocked kernel with `tile` (`None`: [`Tile::for_output`]) into
 /// `operands.out` ([`routed::launch`](super::routed::launch) checks the operands and makes
@@ -369,7 +375,7 @@ pub(crate) static LAUNCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::
 /// - output: `[..., M, N]` (the operands' batch dimensions)
 pub(crate) fn launch(tile: Option<Tile>, operands: Operands) -> Result<(), LaunchError> {
     #[cfg(test)]
-    LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    LAUNCHES.set(LAUNCHES.get() + 1);
     let Operands {
         lhs,
         rhs,
@@ -402,10 +408,14 @@ pub(crate) fn launch(tile: Option<Tile>, operands: Operands) -> Result<(), Launc
     let lhs_k_major = lhs.meta.strides[rank - 1] == 1;
     let rhs_n_major = rhs.meta.strides[rank - 1] == 1;
     let [x, y, z] = tile.blocks([b, m, n]);
-    let count = |v: usize| {
-        u32::try_from(v).map_err(|_| LaunchError::Operands(format!("{v} blocks on one axis")))
+    let (max_x, max_y, max_z) = client.properties().hardware.max_cube_count;
+    let count = |v: usize, max: u32| {
+        u32::try_from(v)
+            .ok()
+            .filter(|&v| v <= max)
+            .ok_or_else(|| LaunchError::Operands(format!("{v} blocks on one axis, over {max}")))
     };
-    let cube_count = CubeCount::Static(count(x)?, count(y)?, count(z)?);
+    let cube_count = CubeCount::Static(count(x, max_x)?, count(y, max_y)?, count(z, max_z)?);
     let cube_dim = CubeDim::new_1d(tile.units() as u32);
     kernel::blocked_matmul::launch(
         &client,

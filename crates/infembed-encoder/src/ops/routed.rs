@@ -11,8 +11,6 @@
 
 use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-#[cfg(test)]
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -137,14 +135,18 @@ fn launch_cubek(strategy: &Strategy, operands: Operands) -> Result<(), LaunchErr
     .map_err(LaunchError::Setup)
 }
 
-/// How many products fell back to burn's `matmul` (for the tests).
 #[cfg(test)]
-static FALLBACKS: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// How many products this thread sent to burn's `matmul` instead (for the tests: products,
+    /// backward ones included, launch on the thread that asks for them, so tests running
+    /// beside each other do not see each other's).
+    static FALLBACKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
-/// How many products have fallen back to burn's `matmul` so far (for the tests).
+/// How many products have fallen back to burn's `matmul` on this thread so far (for the tests).
 #[cfg(test)]
 pub(crate) fn fallbacks() -> usize {
-    FALLBACKS.load(Ordering::SeqCst)
+    FALLBACKS.get()
 }
 
 /// Says once per routine and reason that burn's `matmul` computes what the routine did not.
@@ -152,7 +154,7 @@ fn note_fallback(routine: MatmulRoutine, reason: &str) {
     static SAID: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let key = format!("{routine}: {reason}");
     #[cfg(test)]
-    FALLBACKS.fetch_add(1, Ordering::SeqCst);
+    FALLBACKS.set(FALLBACKS.get() + 1);
     let mut said = SAID.lock().unwrap_or_else(PoisonError::into_inner);
     if said.get_or_insert_with(HashSet::new).insert(key) {
         log::warn!("matmul routine {routine} did not run ({reason}); burn's matmul computes it");
@@ -203,8 +205,8 @@ pub(crate) fn routes<const D: usize>(routine: MatmulRoutine, t: &Tensor<D>) -> b
 }
 
 /// `lhs · rhs` (and, on an autodiff graph, its two backward products) through `routine` when
-/// [`routes`] says so for both operands; anything else is handed back as `Err((lhs, rhs))`.
-/// Batch dimensions the operands do not share (broadcasting) are left to burn's `matmul`.
+/// [`routes`] says so for both operands; anything else is handed back as `Err((lhs, rhs))`,
+/// operands whose batch dimensions differ (broadcasting) included.
 ///
 /// # Shapes
 /// - `lhs`: `[..., M, K]`
@@ -219,7 +221,10 @@ pub(crate) fn try_matmul<const D: usize>(
     let Some(launcher) = routine.launcher().filter(|_| routes(routine, &lhs)) else {
         return Err((lhs, rhs));
     };
-    if lhs.dtype() != rhs.dtype() {
+    let (ld, rd) = (lhs.dims(), rhs.dims());
+    // broadcast batch dimensions (and mismatches, which burn names) stay burn's, forward and
+    // backward: the routed backward step computes the gradients of equal batches
+    if lhs.dtype() != rhs.dtype() || D < 2 || ld[..D - 2] != rd[..D - 2] || ld[D - 1] != rd[D - 2] {
         return Err((lhs, rhs));
     }
     let y = if lhs.device().is_autodiff() {
@@ -417,7 +422,7 @@ mod tests {
             .is_empty();
         for name in ["double_unit", "blocked", "simple_cyclic_cmma"] {
             let routine: MatmulRoutine = name.parse().unwrap();
-            let before = FALLBACKS.load(Ordering::SeqCst);
+            let before = fallbacks();
             let y = try_linear(&layer, x.clone(), routine).expect("a wgpu f32 tensor is routed");
             let diff = max_rel_diff(&reference, &values(y));
             assert!(diff < 1e-5, "{name}: the output differs by {diff}");
@@ -433,7 +438,7 @@ mod tests {
                     "{name}: the {what}'s gradient differs by {diff}"
                 );
             }
-            let fell_back = FALLBACKS.load(Ordering::SeqCst) > before;
+            let fell_back = fallbacks() > before;
             if !name.contains("cmma") {
                 assert!(!fell_back, "{name}: a product fell back to burn's matmul");
             } else if no_tensor_cores {
