@@ -248,27 +248,21 @@ pub(crate) fn try_linear<const D: usize>(
     x: Tensor<D>,
     routine: MatmulRoutine,
 ) -> Result<Tensor<D>, Tensor<D>> {
-    // first the cheap checks: with `blocked` the default, every linear layer of every device
+    // first the cheap check: with `blocked` the default, every linear layer of every device
     // comes here, the CPU's included
-    let Some(launcher) = routine.launcher().filter(|_| routes(routine, &x)) else {
+    if !routes(routine, &x) {
         return Err(x);
-    };
+    }
     let w = layer.weight.val();
     let [d_in, d_out] = w.dims();
     let dims = x.dims();
-    if w.dtype() != x.dtype() || float_kind(x.dtype()).is_none() || dims[D - 1] != d_in {
-        return Err(x); // burn's op computes it, or names the mismatch
+    if dims[D - 1] != d_in {
+        return Err(x); // burn's op names the mismatch
     }
     let rows = dims[..D - 1].iter().product();
     let x3 = x.clone().reshape([1, rows, d_in]);
-    let w3 = w.unsqueeze::<3>();
-    let y = if x.device().is_autodiff() {
-        tracked(routine, &launcher, x3, w3)
-    } else {
-        Some(product(routine, &launcher, x3, w3))
-    };
-    let Some(y) = y else {
-        return Err(x);
+    let Ok(y) = try_matmul(x3, w.unsqueeze::<3>(), routine) else {
+        return Err(x); // another float type than the weight's: burn's op computes it
     };
     let mut out = dims;
     out[D - 1] = d_out;
