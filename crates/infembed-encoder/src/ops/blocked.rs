@@ -385,11 +385,9 @@ pub(crate) fn launch(tile: Option<Tile>, operands: Operands) -> Result<(), Launc
     if lhs.meta.is_tiled() || rhs.meta.is_tiled() {
         return Err(LaunchError::Operands("a storage-tiled operand".into()));
     }
+    // rank 2 or more: `routed::launch` checked the operands and made the output
     let shape = out.meta.shape();
     let rank = shape.len();
-    if rank < 2 {
-        return Err(LaunchError::Operands(format!("a product of rank {rank}")));
-    }
     let (b, m, n) = (
         shape[..rank - 2].iter().product::<usize>(),
         shape[rank - 2],
