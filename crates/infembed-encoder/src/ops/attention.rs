@@ -115,7 +115,20 @@ fn attend_decomposed(
     routine: MatmulRoutine,
 ) -> Tensor<4> {
     let dh = q.dims()[3];
-    let scores = matmul_routed(q, k.swap_dims(2, 3), routine).mul_scalar(1.0 / (dh as f64).sqrt());
+    let scores = matmul_routed(q, k.swap_dims(2, 3), routine);
+    // one kernel on a cubecl device (the scaling, the mask and the softmax), forward and
+    // backward, with inference's fill below
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    let scores = match super::cube_softmax::try_masked_softmax(
+        scores,
+        &mask,
+        1.0 / (dh as f32).sqrt(),
+        -6.0e4,
+    ) {
+        Ok(probs) => return matmul_routed(dropout(dropout_module, probs), v, routine),
+        Err(scores) => scores,
+    };
+    let scores = scores.mul_scalar(1.0 / (dh as f64).sqrt());
     let scores = if scores.device().is_autodiff() && scores.dtype() == burn::tensor::DType::F32 {
         // Training in f32: an additive constant (-1e9 on masked keys, broadcast over heads)
         // rather than `mask_fill`: the same softmax (masked terms underflow to 0 either way),

@@ -415,6 +415,10 @@ pub(crate) fn launch(tile: Option<Tile>, operands: Operands) -> Result<(), Launc
     };
     let cube_count = CubeCount::Static(count(x, max_x)?, count(y, max_y)?, count(z, max_z)?);
     let cube_dim = CubeDim::new_1d(tile.units() as u32);
+    log::trace!(
+        "blocked product: batch {b} m {m} n {n} k {} tile {tile:?} blocks {x}x{y}x{z} lhs k-major {lhs_k_major} rhs n-major {rhs_n_major}",
+        lhs.meta.shape()[rank - 1]
+    );
     kernel::blocked_matmul::launch(
         &client,
         cube_count,

@@ -12,7 +12,15 @@ mod attention;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 pub(crate) mod blocked;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+mod cube_gelu;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+mod cube_kit;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 mod cube_norm;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+pub(crate) mod cube_softmax;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+pub(crate) mod cube_sum;
 mod packing;
 // `try_linear` hands the caller's tensor back as its `Err`, as the CPU wing's kernels do
 #[allow(clippy::result_large_err)]
@@ -59,7 +67,7 @@ fn linear_routed<const D: usize>(
     x: Tensor<D>,
     routine: MatmulRoutine,
 ) -> Tensor<D> {
-    try_routed(layer, x, routine).unwrap_or_else(|x| linear(layer, x))
+    try_routed(layer, x, routine, Activation::Identity).unwrap_or_else(|x| linear(layer, x))
 }
 
 /// Whether [`MatmulRoutine`]s other than `burn` route products on `device`: a cubecl device
@@ -76,19 +84,20 @@ pub(crate) fn routes_on(device: &burn::tensor::Device) -> bool {
     }
 }
 
-/// `x W + b` with the product through `routine` when it is one of cubek's and `x` is on a
-/// cubecl device (`Err(x)` otherwise, and in builds without one).
+/// `act(x W + b)` with the product through `routine` when it is one of cubek's and `x` is on
+/// a cubecl device (`Err(x)` otherwise, and in builds without one).
 #[allow(clippy::result_large_err)]
 fn try_routed<const D: usize>(
     layer: &Linear,
     x: Tensor<D>,
     routine: MatmulRoutine,
+    act: Activation,
 ) -> Result<Tensor<D>, Tensor<D>> {
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-    return routed::try_linear(layer, x, routine);
+    return routed::try_linear(layer, x, routine, act);
     #[cfg(not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))))]
     {
-        let _ = (layer, routine);
+        let _ = (layer, routine, act);
         Err(x)
     }
 }
@@ -283,13 +292,8 @@ fn linear_act<const D: usize>(
     x: Tensor<D>,
     act: Activation,
 ) -> Tensor<D> {
-    let x = match try_routed(layer, x, slot.products().gpu_matmul) {
-        Ok(y) => {
-            return match act {
-                Activation::Identity => y,
-                Activation::Gelu => gelu(y),
-            };
-        }
+    let x = match try_routed(layer, x, slot.products().gpu_matmul, act) {
+        Ok(y) => return y,
         Err(x) => x,
     };
     let x = if x.device().is_autodiff() {

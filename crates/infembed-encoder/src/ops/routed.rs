@@ -4,7 +4,8 @@
 //! [`try_linear`] computes `x W + b` with the product `x W` launched through cubek's routine
 //! instead of burn's `matmul`; on an autodiff device it registers its own backward step, whose
 //! two products (`dx = g Wᵀ`, `dW = xᵀ g`, the transposes read as strided views) run the same
-//! routine. The bias and the activation stay burn's ops. A product that cubek declines for the
+//! routine. The bias is added by burn's op (on an autodiff graph with a backward step of
+//! [`super::cube_sum`], one column-sum kernel for its gradient), the activation stays burn's. A product that cubek declines for the
 //! routine (a tensor-core routine without tensor cores for the operands' type, a layout it does
 //! not take), or fails to set up, is computed by burn's `matmul` instead, and said once in the
 //! log: every routine gives burn's results to float rounding.
@@ -26,6 +27,7 @@ use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 
+use crate::cpu::gemm::Activation;
 use crate::device::panic_message;
 use crate::routine::{Launcher, MatmulRoutine};
 
@@ -238,7 +240,8 @@ pub(crate) fn try_matmul<const D: usize>(
 /// `act(x W + b)`'s product `x W` (and, on an autodiff device, its two backward products)
 /// through `routine`, when `routine` is one of cubek's and `x` and the layer's weight are
 /// float tensors of one type on a cubecl device; anything else is handed back as `Err(x)`.
-/// The bias is added by burn's op.
+/// The bias is added by burn's op; on an autodiff graph its gradient is [`super::cube_sum`]'s
+/// column sums.
 ///
 /// # Shapes
 /// - `x`: `[..., d_input]`
@@ -247,6 +250,7 @@ pub(crate) fn try_linear<const D: usize>(
     layer: &Linear,
     x: Tensor<D>,
     routine: MatmulRoutine,
+    act: Activation,
 ) -> Result<Tensor<D>, Tensor<D>> {
     // first the cheap check: with `blocked` the default, every linear layer of every device
     // comes here, the CPU's included
@@ -267,10 +271,27 @@ pub(crate) fn try_linear<const D: usize>(
     let mut out = dims;
     out[D - 1] = d_out;
     let y = y.reshape(out);
-    Ok(match &layer.bias {
-        Some(b) => y + b.val().unsqueeze(),
-        None => y,
+    let bias = layer.bias.as_ref().map(|b| b.val());
+    Ok(match act {
+        // the bias and GELU as one kernel, forward and backward
+        Activation::Gelu => match super::cube_gelu::try_bias_gelu(y, bias) {
+            Ok(out) => out,
+            Err((y, bias)) => super::gelu(add_bias(y, bias)),
+        },
+        Activation::Identity => add_bias(y, bias),
     })
+}
+
+/// `y + b` (`y` without a bias): burn's addition, on an autodiff graph with the bias's
+/// gradient as one column-sum kernel ([`super::cube_sum::try_add_bias`]).
+fn add_bias<const D: usize>(y: Tensor<D>, bias: Option<Tensor<1>>) -> Tensor<D> {
+    match bias {
+        Some(b) if y.device().is_autodiff() => {
+            super::cube_sum::try_add_bias(y, b).unwrap_or_else(|(y, b)| y + b.unsqueeze())
+        }
+        Some(b) => y + b.unsqueeze(),
+        None => y,
+    }
 }
 
 /// The product on an autodiff graph of cubecl tensors, with [`RoutedMatmul`]'s backward step;
@@ -364,9 +385,11 @@ mod tests {
     }
 
     /// On wgpu (Mesa's software driver in CI), cubek's double-buffered SIMT routine runs the
-    /// products (none falls back to burn's; burn's own choice is the simple one) and give burn's `Linear::forward` at inference and, in
-    /// training, the gradients of the input, the weight and the bias (of `sum(y * r)` for a
-    /// fixed random `r`) that burn's ops give; a tensor-core routine does too, through burn's
+    /// products (none falls back to burn's; burn's own choice is the simple one) and gives
+    /// burn's `Linear::forward` at inference and, in training, the gradients of the input, the
+    /// weight and the bias (of `sum(y * r)` for a fixed random `r`) that burn's ops give,
+    /// without an activation and with GELU (the bias and GELU one kernel, against burn's
+    /// addition and this project's GELU); a tensor-core routine does too, through burn's
     /// matmul where the driver has no tensor cores. The CPU and `burn` are not routed.
     #[test]
     fn routed_linear_equals_burns_linear_forward_and_backward() {
@@ -379,15 +402,18 @@ mod tests {
         let layer = on_device(&cpu_layer, &gpu);
         let x = Tensor::<3>::random([3, 7, 48], Distribution::Normal(0.0, 1.0), &gpu);
         let r = Tensor::<3>::random([3, 7, 40], Distribution::Normal(0.0, 1.0), &gpu);
-        let reference = values(layer.forward(x.clone()));
+        let act_of = |act: Activation, y: Tensor<3>| match act {
+            Activation::Identity => y,
+            Activation::Gelu => super::super::gelu(y),
+        };
         let ad = gpu.clone().autodiff();
-        let grads_of = |routine: MatmulRoutine| {
+        let grads_of = |routine: MatmulRoutine, act: Activation| {
             let layer = on_device(&cpu_layer, &ad);
             let x = Tensor::<3>::from_data(x.clone().into_data(), &ad).require_grad();
             let y = if routine.is_burn() {
-                layer.forward(x.clone())
+                act_of(act, layer.forward(x.clone()))
             } else {
-                try_linear(&layer, x.clone(), routine).expect("a wgpu f32 tensor is routed")
+                try_linear(&layer, x.clone(), routine, act).expect("a wgpu f32 tensor is routed")
             };
             let r = Tensor::<3>::from_data(r.clone().into_data(), &ad);
             let grads = (y * r).sum().backward();
@@ -404,7 +430,6 @@ mod tests {
                 ),
             ]
         };
-        let burn_grads = grads_of(MatmulRoutine::BURN);
         let no_tensor_cores = Tensor::<1>::zeros([1], &gpu)
             .try_into_primitive::<Cube>()
             .expect("a cubecl tensor")
@@ -414,33 +439,40 @@ mod tests {
             .matmul
             .cmma
             .is_empty();
-        for name in ["double_unit", "blocked", "simple_cyclic_cmma"] {
-            let routine: MatmulRoutine = name.parse().unwrap();
-            let before = fallbacks();
-            let y = try_linear(&layer, x.clone(), routine).expect("a wgpu f32 tensor is routed");
-            let diff = max_rel_diff(&reference, &values(y));
-            assert!(diff < 1e-5, "{name}: the output differs by {diff}");
-            let routed = grads_of(routine);
-            for (what, a, b) in ["input", "weight", "bias"]
-                .iter()
-                .zip(burn_grads.iter().zip(&routed))
-                .map(|(w, (a, b))| (w, a, b))
-            {
-                let diff = max_rel_diff(a, b);
-                assert!(
-                    diff < 1e-5,
-                    "{name}: the {what}'s gradient differs by {diff}"
-                );
-            }
-            let fell_back = fallbacks() > before;
-            if !name.contains("cmma") {
-                assert!(!fell_back, "{name}: a product fell back to burn's matmul");
-            } else if no_tensor_cores {
-                assert!(fell_back, "{name} ran without tensor cores");
+        for act in [Activation::Identity, Activation::Gelu] {
+            let reference = values(act_of(act, layer.forward(x.clone())));
+            let burn_grads = grads_of(MatmulRoutine::BURN, act);
+            for name in ["double_unit", "blocked", "simple_cyclic_cmma"] {
+                let routine: MatmulRoutine = name.parse().unwrap();
+                let before = fallbacks();
+                let y = try_linear(&layer, x.clone(), routine, act)
+                    .expect("a wgpu f32 tensor is routed");
+                let diff = max_rel_diff(&reference, &values(y));
+                assert!(diff < 1e-5, "{name} {act:?}: the output differs by {diff}");
+                let routed = grads_of(routine, act);
+                for (what, a, b) in ["input", "weight", "bias"]
+                    .iter()
+                    .zip(burn_grads.iter().zip(&routed))
+                    .map(|(w, (a, b))| (w, a, b))
+                {
+                    let diff = max_rel_diff(a, b);
+                    assert!(
+                        diff < 1e-5,
+                        "{name} {act:?}: the {what}'s gradient differs by {diff}"
+                    );
+                }
+                let fell_back = fallbacks() > before;
+                if !name.contains("cmma") {
+                    assert!(!fell_back, "{name}: a product fell back to burn's matmul");
+                } else if no_tensor_cores {
+                    assert!(fell_back, "{name} ran without tensor cores");
+                }
             }
         }
         let cpu_x = Tensor::<3>::from_data(x.clone().into_data(), &cpu);
-        assert!(try_linear(&cpu_layer, cpu_x, "double_unit".parse().unwrap()).is_err());
-        assert!(try_linear(&layer, x, MatmulRoutine::BURN).is_err());
+        let identity = Activation::Identity;
+        let double_unit = "double_unit".parse().unwrap();
+        assert!(try_linear(&cpu_layer, cpu_x, double_unit, identity).is_err());
+        assert!(try_linear(&layer, x, MatmulRoutine::BURN, identity).is_err());
     }
 }
