@@ -1,4 +1,5 @@
-//! AdamW's update of one parameter tensor as one GPU kernel.
+//! AdamW's update of one parameter tensor as one GPU kernel, and the squares of a gradient
+//! summed into the global norm's total as another.
 //!
 //! burn-optim's AdamW spells the update out in tensor operations: about fourteen kernel launches
 //! per parameter tensor (the two moments, their bias corrections, the square root, the decay,
@@ -10,14 +11,26 @@
 //! its gradient and both moments once and writing the three results. The state it returns is
 //! burn's own [`AdamWState`], so checkpoints are those of burn's AdamW, and every other device
 //! (the CPU above all: the quickstart's figures are unchanged) runs burn's AdamW itself.
+//!
+//! The global norm that clipping needs took four launches per gradient through burn's ops
+//! (the squares, a zeroed sum, the sum, the running total): [`add_squares`] sums a gradient's
+//! squares in one, its cubes adding their partial sums into one f32 total with atomic
+//! additions (where the device has them; [`SquareTotal`] reads the total once).
 
 use burn::backend::Cube;
 use burn::optim::{AdamWState, AdaptiveMomentumState};
-use burn::tensor::{DType, Tensor};
+use burn::tensor::{DType, Device, Tensor};
+use cubecl::features::AtomicUsage;
+use cubecl::ir::{ElemType, FloatKind, Type};
 use cubecl::prelude::BufferArg;
 use cubecl::{CubeCount, CubeDim, calculate_cube_count_elemwise};
 
-use kernel::adamw_kernel;
+use kernel::{adamw_kernel, add_squares_kernel};
+
+/// Units of an [`add_squares`] cube (a power of two: the tree halves it).
+const SQUARE_UNITS: usize = 256;
+/// The most cubes of an [`add_squares`] launch (each unit sums at least eight elements).
+const SQUARE_CUBES: usize = 1_024;
 
 mod kernel {
     use cubecl::prelude::*;
@@ -62,6 +75,42 @@ mod kernel {
             moment_2_out[i] = v;
             let delta = (m / correction_1) / (f32::sqrt(v / correction_2) + epsilon);
             param_out[i] = param[i] * decay - delta * lr;
+        }
+    }
+
+    /// `total[0] += Σ x_i²` over `len` elements: each unit sums the squares of every
+    /// `CUBE_COUNT · units`-th element from its position, the cube adds its units' sums through
+    /// a tree in shared memory (levels unrolled), and its first unit adds the cube's sum to
+    /// the total atomically.
+    #[cube(launch)]
+    pub(super) fn add_squares_kernel(
+        x: &[f32],
+        total: &mut Tensor<Atomic<f32>>,
+        len: usize,
+        #[comptime] units: usize,
+    ) {
+        let unit = UNIT_POS as usize;
+        let step = CUBE_COUNT * units;
+        let mut sum = 0.0f32;
+        let mut i = ABSOLUTE_POS;
+        while i < len {
+            let v = x[i];
+            sum += v * v;
+            i += step;
+        }
+        let mut partial = Shared::<[f32]>::new_slice(units);
+        partial[unit] = sum;
+        sync_cube();
+        #[unroll]
+        for level in 1..units.trailing_zeros() + 1 {
+            let half = comptime!(units) >> level;
+            if unit < half {
+                partial[unit] += partial[unit + half];
+            }
+            sync_cube();
+        }
+        if unit == 0 {
+            total[0].fetch_add(partial[0]);
         }
     }
 }
@@ -165,6 +214,60 @@ pub(crate) fn adamw_step<const D: usize>(
     ))
 }
 
+/// The sum of the squares of gradients' elements, accumulated on a cubecl device by
+/// [`add_squares`] into one f32 total.
+pub(crate) struct SquareTotal(Tensor<1>);
+
+impl SquareTotal {
+    /// A zero total on `device`, when it is a cubecl device whose f32 atomics add (else
+    /// `None`: burn's ops sum the squares).
+    pub(crate) fn on(device: &Device) -> Option<Self> {
+        let total = Tensor::<1>::zeros([1], (device, DType::F32));
+        let p = total.clone().try_into_primitive::<Cube>().ok()?;
+        let f32_atomic = Type::atomic(ElemType::Float(FloatKind::F32));
+        p.client
+            .properties()
+            .atomic_type_usage(f32_atomic)
+            .contains(AtomicUsage::Add)
+            .then_some(Self(total))
+    }
+
+    /// Adds the squares of `grad`'s elements to the total as one launch, when `grad` is a
+    /// contiguous f32 tensor on the total's device (else `false`, and nothing was added).
+    pub(crate) fn add<const D: usize>(&self, grad: &Tensor<D>) -> bool {
+        let n = grad.shape().num_elements();
+        if grad.device() != self.0.device() {
+            return false;
+        }
+        let Some(x) = buffer(&grad.clone().reshape([n])) else {
+            return false;
+        };
+        if n == 0 {
+            return true;
+        }
+        let Ok(total) = self.0.clone().try_into_primitive::<Cube>() else {
+            return false;
+        };
+        let client = total.client.clone();
+        let cubes = n.div_ceil(SQUARE_UNITS * 8).clamp(1, SQUARE_CUBES);
+        add_squares_kernel::launch(
+            &client,
+            CubeCount::new_1d(cubes as u32),
+            CubeDim::new_1d(SQUARE_UNITS as u32),
+            x,
+            total.into_tensor_arg(),
+            n,
+            SQUARE_UNITS,
+        );
+        true
+    }
+
+    /// The total (read back from the device).
+    pub(crate) fn read(self) -> f64 {
+        f64::from(self.0.into_scalar::<f32>())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,5 +351,52 @@ mod tests {
         }
         // the parameters moved: the comparison above was not of two unchanged tensors
         assert!(max_rel_diff(&start, &values(&p_cpu)) > 1e-3);
+    }
+
+    /// On wgpu (Mesa's software driver in CI) the squares of tensors of several shapes
+    /// (one element, one cube's worth, more than the cubes' units in all, a transposed view
+    /// flattened by a copy) summed into one total equal a naive f64 sum on the host; an f16
+    /// tensor and a CPU tensor are declined.
+    #[test]
+    fn squares_summed_on_the_device_equal_a_naive_sum() {
+        let gpu = match DeviceSpec::Wgpu(None).device() {
+            Ok(d) => d,
+            Err(e) => {
+                return infembed_testkit::wgpu_missing(
+                    "squares_summed_on_the_device_equal_a_naive_sum",
+                    &e,
+                )
+                .unwrap_or(());
+            }
+        };
+        let Some(total) = SquareTotal::on(&gpu) else {
+            panic!("lavapipe adds f32 atomically: the total must be available");
+        };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let mut expected = 0f64;
+        for (rows, cols) in [(1, 1), (16, 16), (300, 1_000), (1_500, 384)] {
+            let v: Vec<f32> = (0..rows * cols)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            expected += v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>();
+            let t = Tensor::<2>::from_data(TensorData::new(v, [rows, cols]), &gpu);
+            let t = if rows == 16 { t.swap_dims(0, 1) } else { t };
+            assert!(total.add(&t), "[{rows}, {cols}] is summed on the device");
+        }
+        let half = Tensor::<2>::zeros([2, 2], &gpu).cast(DType::F16);
+        assert!(!total.add(&half), "an f16 tensor is declined");
+        assert!(
+            !total.add(&Tensor::<2>::ones([2, 2], &Device::flex())),
+            "a CPU tensor"
+        );
+        let got = total.read();
+        assert!(
+            ((got - expected) / expected).abs() < 1e-5,
+            "{got} against {expected}"
+        );
+        assert!(
+            SquareTotal::on(&Device::flex()).is_none(),
+            "the CPU sums with burn's ops"
+        );
     }
 }

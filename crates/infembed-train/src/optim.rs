@@ -100,11 +100,24 @@ pub fn learning_rate(config: &OptimizerConfig, step: usize, total: usize) -> f64
 struct SquaredNorm<'a> {
     grads: &'a GradientsParams,
     sum: Option<Tensor<1>>,
+    /// On a cubecl device, the squares summed by one kernel a gradient (None elsewhere, and
+    /// until the first gradient says which device).
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    device_total: Option<Option<crate::fused::SquareTotal>>,
 }
 
 impl ModuleVisitor for SquaredNorm<'_> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
         if let Some(g) = self.grads.get::<D>(param.id) {
+            #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+            {
+                let total = self
+                    .device_total
+                    .get_or_insert_with(|| crate::fused::SquareTotal::on(&g.device()));
+                if total.as_ref().is_some_and(|t| t.add(&g)) {
+                    return;
+                }
+            }
             let s = g.square().sum();
             self.sum = Some(match self.sum.take() {
                 Some(acc) => acc + s,
@@ -129,10 +142,17 @@ impl ModuleVisitor for Scale<'_> {
 
 /// The global L2 norm of the gradients of `module`'s parameters.
 pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
-    let mut v = SquaredNorm { grads, sum: None };
+    let mut v = SquaredNorm {
+        grads,
+        sum: None,
+        #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+        device_total: None,
+    };
     module.visit(&mut v);
-    v.sum
-        .map_or(0.0, |s| f64::from(s.into_scalar::<f32>().max(0.0)).sqrt())
+    let sum = v.sum.map_or(0.0, |s| f64::from(s.into_scalar::<f32>()));
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    let sum = sum + v.device_total.flatten().map_or(0.0, |t| t.read());
+    sum.max(0.0).sqrt()
 }
 
 /// Multiplies every gradient of `module`'s parameters by `factor`.

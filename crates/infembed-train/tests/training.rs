@@ -621,7 +621,8 @@ fn trainable_on(model: &Path, device: &Device) -> DualEncoder {
     e.with_model(e.model().clone().train(), &device.clone().autodiff())
 }
 
-/// A training step on wgpu gives the CPU's loss and gradients (1e-5), for every objective.
+/// A training step on wgpu gives the CPU's loss and gradients (1e-5), for every objective,
+/// and the CPU's global norm and clipped gradients.
 #[test]
 fn a_training_step_on_wgpu_matches_the_cpu() {
     let _guard = rng_lock();
@@ -680,6 +681,21 @@ fn a_training_step_on_wgpu_matches_the_cpu() {
         );
     }
     assert_eq!(checked, 11, "7 univariate and 4 multivariate objectives");
+
+    // the global norm (on wgpu the squares summed by one kernel a gradient) and clipping
+    let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
+    let mut a = full_batch_step(&cpu, &batch, &l, true, 1.0).unwrap().grads;
+    let mut b = full_batch_step(&gpu, &batch, &l, true, 1.0).unwrap().grads;
+    let (na, nb) = (global_norm(cpu.model(), &a), global_norm(gpu.model(), &b));
+    assert!(
+        (na - nb).abs() <= 1e-5 * na,
+        "global norm: {na} on the CPU, {nb} on wgpu"
+    );
+    let max = (na / 3.0) as f32;
+    clip_global_norm(cpu.model(), &mut a, max);
+    clip_global_norm(gpu.model(), &mut b, max);
+    let diff = max_rel_diff(&grads_of(cpu.model(), &a), &grads_of(gpu.model(), &b));
+    assert!(diff < 1e-5, "clipped gradients: relative difference {diff}");
 }
 
 /// A training step on wgpu with the linear layers' products through one of cubek's routines

@@ -117,7 +117,9 @@ fn attend_decomposed(
     let dh = q.dims()[3];
     let scores = matmul_routed(q, k.swap_dims(2, 3), routine);
     // one kernel on a cubecl device (the scaling, the mask and the softmax), forward and
-    // backward, with inference's fill below
+    // backward, training included with inference's fill below (the same probabilities as the
+    // additive -1e9 of f32 training: masked terms underflow to 0 either way; a row whose keys
+    // are all masked, a padding row that is dropped, gets 1 / L on each and no gradient)
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     let scores = match super::cube_softmax::try_masked_softmax(
         scores,

@@ -1,14 +1,17 @@
 //! LayerNorm as one kernel on the cubecl devices (`wgpu`, `vulkan`, `cuda`; not a `fusion`
-//! build), at inference.
+//! build), and on autodiff graphs its backward step as one kernel and two column sums.
 //!
 //! burn 0.22 spells LayerNorm out on these backends (`float_mean_dim`, a subtraction, a
 //! product, a second `float_mean_dim`, a scalar addition, a square root, a division, the
 //! scale and the shift): nine kernel launches, each reading and writing the whole `[T, d]`
-//! tensor. [`try_layer_norm`] computes the same function with one launch, one cube per row:
-//! the units sum the row (the mean), then the squares of its deviations (the variance, two
-//! passes as burn's), in f32 whatever the tensor's float type, through a tree in shared memory,
-//! and write `(x - mean) / sqrt(var + eps) γ + β`. An autodiff graph keeps burn's ops (their
-//! backward steps), as do other backends.
+//! tensor, and in training as many backward steps again, the scale's and shift's gradients
+//! among them burn's one-unit-per-column reductions. [`try_layer_norm`] computes the same
+//! function with one launch, one cube per row: the units sum the row (the mean), then the
+//! squares of its deviations (the variance, two passes as burn's), in f32 whatever the
+//! tensor's float type, through a tree in shared memory, and write
+//! `(x - mean) / sqrt(var + eps) γ + β`. On an autodiff graph its backward step
+//! ([`NormBackward`]) is one launch of the same shape for `x`'s gradient (and `g x̂`), and
+//! the column sums of [`super::cube_sum`] for γ's and β's. Other backends keep burn's ops.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -598,6 +601,29 @@ mod tests {
                 assert!(max_rel_diff(&bg, &og) < 1e-4, "rank 2 dgamma");
             }
         }
+        // more rows than one axis of cubes holds (65,535), forward and backward
+        let (rows, d) = (70_001, 16);
+        let module = LayerNormConfig::new(d).with_epsilon(eps).init(&ad);
+        let x0 = Tensor::<2>::random([rows, d], Distribution::Normal(0.0, 1.0), &gpu);
+        let w = Tensor::<2>::random([rows, d], Distribution::Normal(0.0, 1.0), &ad);
+        let flat = |t: Tensor<2>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        let run = |ours: bool| {
+            let x = Tensor::<2>::from_data(x0.to_data(), &ad).require_grad();
+            let y = if ours {
+                try_layer_norm(&module, eps, x.clone()).expect("autodiff")
+            } else {
+                module.forward(x.clone())
+            };
+            let grads = (y * w.clone()).sum().backward();
+            (
+                flat(x.grad(&grads).unwrap()),
+                values1(module.gamma.grad(&grads).unwrap()),
+            )
+        };
+        let (burn, ours) = (run(false), run(true));
+        assert!(max_rel_diff(&burn.0, &ours.0) < 1e-4, "{rows} rows: dx");
+        assert!(max_rel_diff(&burn.1, &ours.1) < 1e-4, "{rows} rows: dgamma");
+
         // the backward step in burn's ops equals the backward kernel
         let (rows, d) = (37, 200);
         let x = Tensor::<2>::random([rows, d], Distribution::Normal(0.5, 1.5), &gpu);
@@ -605,7 +631,6 @@ mod tests {
         let g = Tensor::<2>::random([rows, d], Distribution::Normal(0.0, 1.0), &gpu);
         let (dx, gx) = backward_rows(&x, &gamma, &g, 1e-5).expect("plain wgpu tensors");
         let (dx_ops, gx_ops) = backward_ops(&x, &gamma, &g, 1e-5);
-        let flat = |t: Tensor<2>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
         assert!(
             max_rel_diff(&flat(dx_ops), &flat(dx)) < 1e-4,
             "dx in burn's ops"

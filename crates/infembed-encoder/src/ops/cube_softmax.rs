@@ -227,7 +227,8 @@ mod kernel {
     }
 }
 
-/// The mask as f32 (`1` on masked keys), its broadcast dimensions kept as they are.
+/// The mask as f32 (`1` on masked keys): its length-1 dimensions stay length 1, an expanded
+/// one is written out.
 fn float_mask(mask: &Tensor<4, Bool>) -> Tensor<4> {
     mask.clone().float().cast(DType::F32)
 }
@@ -472,6 +473,35 @@ mod tests {
             );
             let diff = max_rel_diff(&burn.1, &ours.1);
             assert!(diff < 1e-5, "[{b}, {h}, {l}] gradient: {diff}");
+        }
+
+        // more rows than one axis of cubes holds (65,535), a mask of its own per head and
+        // query (not broadcast); a single query per head, its mask broadcast over heads
+        for (dims, mask_dims) in [
+            ([2, 2, 17_000, 2], [2, 2, 17_000, 2]),
+            ([3, 2, 1, 9], [3, 1, 1, 9]),
+        ] {
+            let scores = Tensor::<4>::random(dims, Distribution::Normal(0.0, 3.0), &gpu);
+            let mask = Tensor::<4>::random(mask_dims, Distribution::Bernoulli(0.3), &gpu).bool();
+            let expected = values(reference(scores.clone(), &mask));
+            let got = try_masked_softmax(scores.clone(), &mask, scale, fill).expect("plain wgpu");
+            let diff = max_rel_diff(&expected, &values(got));
+            assert!(diff < 1e-5, "{dims:?}: {diff}");
+            let ad = gpu.clone().autodiff();
+            let r = Tensor::<4>::random(dims, Distribution::Normal(0.0, 1.0), &ad);
+            let mask_ad = Tensor::<4, Bool>::from_data(mask.to_data(), &ad);
+            let run = |ours: bool| {
+                let s = Tensor::<4>::from_data(scores.to_data(), &ad).require_grad();
+                let p = if ours {
+                    try_masked_softmax(s.clone(), &mask_ad, scale, fill).expect("autodiff")
+                } else {
+                    reference(s.clone(), &mask_ad)
+                };
+                let grads = (p * r.clone()).sum().backward();
+                values(s.grad(&grads).unwrap())
+            };
+            let diff = max_rel_diff(&run(false), &run(true));
+            assert!(diff < 1e-5, "{dims:?} gradient: {diff}");
         }
 
         let (b, h, l) = (2, 3, 40);

@@ -362,7 +362,8 @@ pub(crate) fn layer_norm<const D: usize>(module: &LayerNorm, eps: f64, x: Tensor
         Ok(y) => return y,
         Err(x) => x,
     };
-    // one kernel on a cubecl device at inference, where burn spells it out in nine
+    // one kernel on a cubecl device, where burn spells it out in nine (in training with a
+    // backward step of one kernel and two column sums)
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     let x = match cube_norm::try_layer_norm(module, eps, x) {
         Ok(y) => return y,

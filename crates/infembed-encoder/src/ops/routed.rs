@@ -1,14 +1,16 @@
 //! Linear layers whose products run a chosen cubek routine ([`MatmulRoutine`]) on the cubecl
 //! devices (`wgpu`, `vulkan`, `cuda`; not a `fusion` build, whose tensors are fusion handles).
 //!
-//! [`try_linear`] computes `x W + b` with the product `x W` launched through cubek's routine
-//! instead of burn's `matmul`; on an autodiff device it registers its own backward step, whose
-//! two products (`dx = g Wᵀ`, `dW = xᵀ g`, the transposes read as strided views) run the same
-//! routine. The bias is added by burn's op (on an autodiff graph with a backward step of
-//! [`super::cube_sum`], one column-sum kernel for its gradient), the activation stays burn's. A product that cubek declines for the
-//! routine (a tensor-core routine without tensor cores for the operands' type, a layout it does
-//! not take), or fails to set up, is computed by burn's `matmul` instead, and said once in the
-//! log: every routine gives burn's results to float rounding.
+//! [`try_linear`] computes `act(x W + b)` with the product `x W` launched through cubek's
+//! routine instead of burn's `matmul`; on an autodiff device it registers its own backward
+//! step, whose two products (`dx = g Wᵀ`, `dW = xᵀ g`, the transposes read as strided views)
+//! run the same routine. Without an activation the bias is added by burn's op (on an autodiff
+//! graph with a backward step of [`super::cube_sum`], one column-sum kernel for its gradient);
+//! with GELU, the bias and the activation are one kernel of [`super::cube_gelu`]. A product
+//! that cubek declines for the routine (a tensor-core routine without tensor cores for the
+//! operands' type, a layout it does not take), or fails to set up, is computed by burn's
+//! `matmul` instead, and said once in the log: every routine gives burn's results to float
+//! rounding.
 
 use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -240,8 +242,9 @@ pub(crate) fn try_matmul<const D: usize>(
 /// `act(x W + b)`'s product `x W` (and, on an autodiff device, its two backward products)
 /// through `routine`, when `routine` is one of cubek's and `x` and the layer's weight are
 /// float tensors of one type on a cubecl device; anything else is handed back as `Err(x)`.
-/// The bias is added by burn's op; on an autodiff graph its gradient is [`super::cube_sum`]'s
-/// column sums.
+/// Without an activation the bias is added by burn's op (on an autodiff graph its gradient is
+/// [`super::cube_sum`]'s column sums); with GELU, bias and activation are one kernel
+/// ([`super::cube_gelu`]).
 ///
 /// # Shapes
 /// - `x`: `[..., d_input]`
