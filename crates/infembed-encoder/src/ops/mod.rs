@@ -12,6 +12,8 @@ mod attention;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 pub(crate) mod blocked;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+mod cube_dropout;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 mod cube_gelu;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 mod cube_kit;
@@ -348,6 +350,12 @@ pub(crate) fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<
     if !module.training.is_enabled() || !x.device().is_autodiff() || module.prob == 0.0 {
         return x;
     }
+    // one kernel on a cubecl device, forward and backward, where burn's takes five launches
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    let x = match cube_dropout::try_dropout(x, module.prob) {
+        Ok(y) => return y,
+        Err(x) => x,
+    };
     try_dropout(module, x).unwrap_or_else(|x| module.forward(x))
 }
 
