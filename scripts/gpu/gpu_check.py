@@ -17,7 +17,9 @@ Subcommands (each prints JSON on stdout where it has a result):
                               whose embeddings agreed with the CPU's (--limit) and none of
                               whose products fell back to burn's matmul; exit 1 if none
     kernel-profile LOG        sums cubecl's profiling log (CUBECL_DEBUG_OPTION=profile) per
-                              kernel: launches, device time, share, the matmul kinds used
+                              kernel: launches, device time, share, the matmul kinds used;
+                              from a `profile-full` log also the blocked kernel's launches by
+                              tile, operand layouts and blocks
     train-log FILE            parses `infembed train`'s "done: N optimizer steps, R rows/s" and
                               its step lines (the rate after --warmup-steps with --rows-per-step)
     torch-train-log FILE      parses scripts/train/bench_torch.py's summary line
@@ -418,8 +420,17 @@ PROFILE_UNIT_MS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1e3}
 PROFILE_HASH_RE = re.compile(r"_[0-9a-f]{8}$")
 
 
+PROFILE_FULL_COUNT_RE = re.compile(r"^\}\s*CubeCount\s*\((\d+),\s*(\d+),\s*(\d+)\)")
+PROFILE_FIELD_RE = re.compile(r"^\s*(bm|bn|lhs_k_major|rhs_n_major):\s*(\w+),?\s*$")
+
+
 def profile_kernel_name(label):
-    """A launch's label without its hash; matmuls keep their family and partitioner."""
+    """A launch's label without its hash; matmuls keep their family and partitioner. A label
+    of the `profile-full` level (the kernel's type path, its generics and settings on the
+    lines below) is named by its type's last path segment."""
+    if "::" in label:
+        path = re.match(r"[\w:]+", label).group(0).rstrip(":")
+        return path.split("::")[-1]
     parts = [PROFILE_HASH_RE.sub("", x.strip()) for x in label.split("|")]
     if parts[0] == "MatmulEntry":
         family = [x for x in parts if x.endswith("Family") or x.endswith("Partitioner")]
@@ -431,12 +442,35 @@ def summarize_profile(lines, top=15):
     groups = {}
     total = 0.0
     launches = 0
+    # `profile-full` logs: each BlockedMatmul launch's tile, operand layouts and cube count
+    # (blocks along N, M and the batch), which name its product's shape
+    shapes = {}
+    pending = None  # (ms, fields) of a BlockedMatmul launch whose settings follow
     for line in lines:
+        if pending is not None:
+            f = PROFILE_FIELD_RE.match(line)
+            if f:
+                pending[1][f.group(1)] = f.group(2)
+                continue
+            c = PROFILE_FULL_COUNT_RE.match(line)
+            if c:
+                ms, fields = pending
+                key = "tile {}x{} blocks {}x{}x{} lhs_k_major {} rhs_n_major {}".format(
+                    fields.get("bm"), fields.get("bn"), c.group(1), c.group(2), c.group(3),
+                    fields.get("lhs_k_major"), fields.get("rhs_n_major"))
+                g = shapes.setdefault(key, {"launch": key, "launches": 0, "total_ms": 0.0})
+                g["launches"] += 1
+                g["total_ms"] += ms
+                pending = None
+                continue
         m = PROFILE_LINE_RE.match(line)
         if not m:
             continue
+        pending = None
         ms = float(m.group(1)) * PROFILE_UNIT_MS[m.group(2)]
         name = profile_kernel_name(m.group(3))
+        if name == "BlockedMatmul" and "::" in m.group(3):
+            pending = (ms, {})
         g = groups.setdefault(name, {"kernel": name, "launches": 0, "total_ms": 0.0})
         g["launches"] += 1
         g["total_ms"] += ms
@@ -457,6 +491,11 @@ def summarize_profile(lines, top=15):
         "matmul_share": (sum(g["total_ms"] for g in matmuls) / total) if total > 0 else None,
         "matmul_kinds": [g["kernel"] for g in matmuls],
         "top": ranked[:top],
+        # the blocked kernel's launches by tile, layouts and blocks (`profile-full` logs only)
+        "blocked_by_launch": [
+            dict(g, mean_us=1e3 * g["total_ms"] / g["launches"])
+            for g in sorted(shapes.values(), key=lambda g: -g["total_ms"])[:25]
+        ],
     }
 
 

@@ -566,7 +566,10 @@ stage_torch_train() {
 # (CUBECL_DEBUG_LOG names the file, CUBECL_DEBUG_OPTION=profile the level; it also logs each
 # shader it compiles). One `embed` of PROFILE_PASSAGES passages and PROFILE_STEPS training
 # steps (no dev evaluation: its encoding would mix in); gpu_check.py kernel-profile sums each
-# log per kernel. Each launch is timed on its own,
+# log per kernel. The training steps log at the `profile-full` level: each launch's settings
+# and cube count too, so the summary also sums the blocked kernel's launches by tile, operand
+# layouts and blocks (`blocked_by_launch`: which products take the time), and names kernels by
+# their type alone (`KernelBinop`, not `KernelBinop | AddOp`). Each launch is timed on its own,
 # so the runs are slower than unprofiled ones: the shares are the figure, not the totals.
 # Informational: a failure here does not fail the run.
 stage_profile() {
@@ -598,7 +601,7 @@ stage_profile() {
         --output-dir "$WORK/profile-train-out" --max-steps "$PROFILE_STEPS" --no-dev \
         >/dev/null 2>>"$WORK/profile.err"; then
         rm -f "$WORK/profile-train.log"
-        CUBECL_DEBUG_LOG="$WORK/profile-train.log" CUBECL_DEBUG_OPTION=profile \
+        CUBECL_DEBUG_LOG="$WORK/profile-train.log" CUBECL_DEBUG_OPTION=profile-full \
             run profile-train "$INFEMBED" train --config "$WORK/profile-train.toml" \
             --device "$DEVICE" --progress plain ${mm[@]+"${mm[@]}"}
         [ "$RC" = 0 ] || rc=$RC
