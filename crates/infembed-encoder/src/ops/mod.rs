@@ -20,6 +20,8 @@ mod cube_kit;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 mod cube_norm;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+pub(crate) mod cube_rows;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 pub(crate) mod cube_softmax;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 pub(crate) mod cube_sum;

@@ -196,12 +196,21 @@ impl<'a> RowIndex<'a> {
 /// - output: `[M, d]`, `M` the length of `forward.index`
 fn move_rows(x: Tensor<2>, forward: RowIndex<'_>, backward: RowIndex<'_>) -> Tensor<2> {
     if x.device().is_autodiff() {
-        let moved = move_rows_autodiff::<Flex>(&x, forward, backward);
+        let moved = move_rows_autodiff::<Flex>(&x, forward, backward, take_rows::<Flex>);
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        let moved = moved.or_else(|| move_rows_autodiff::<Cube>(&x, forward, backward));
+        let moved =
+            moved.or_else(|| move_rows_autodiff::<Cube>(&x, forward, backward, take_rows_cube));
         if let Some(y) = moved {
             return y;
         }
+    }
+    // one gather kernel on a cubecl device, which reads the zero row without appending it
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    if let (Ok(xp), Ok(ip)) = (
+        x.clone().try_into_primitive::<Cube>(),
+        forward.index.clone().try_into_primitive::<Cube>(),
+    ) {
+        return Tensor::from_primitive::<Cube>(take_rows_cube(xp, ip, forward.zero_row));
     }
     let x = if forward.zero_row {
         let [_, d] = x.dims();
@@ -230,18 +239,47 @@ fn take_rows<B: Backend>(
     B::float_select(x, 0, index)
 }
 
-/// The backward step of [`move_rows`]: the gather by the inverse index.
-#[derive(Debug)]
-struct MoveRowsBackward;
+/// [`take_rows`] on the cubecl backend: one gather kernel ([`super::cube_rows`]), which
+/// reads an index past the last row as the zero row, in builds without `fusion`; burn's ops
+/// otherwise.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn take_rows_cube(
+    x: <Cube as burn::backend::BackendTypes>::FloatTensorPrimitive,
+    index: <Cube as burn::backend::BackendTypes>::IntTensorPrimitive,
+    zero_row: bool,
+) -> <Cube as burn::backend::BackendTypes>::FloatTensorPrimitive {
+    #[cfg(not(feature = "fusion"))]
+    if let Some(y) = super::cube_rows::take_rows(&x, &index) {
+        return y;
+    }
+    take_rows::<Cube>(x, index, zero_row)
+}
 
-impl<B: Backend> Backward<B, 1> for MoveRowsBackward {
+/// How a backend takes rows: [`take_rows`], or a kernel of its own.
+type TakeRows<B> = fn(
+    <B as burn::backend::BackendTypes>::FloatTensorPrimitive,
+    <B as burn::backend::BackendTypes>::IntTensorPrimitive,
+    bool,
+) -> <B as burn::backend::BackendTypes>::FloatTensorPrimitive;
+
+/// The backward step of [`move_rows`]: the gather by the inverse index, through `take`.
+struct MoveRowsBackward<B: Backend> {
+    take: TakeRows<B>,
+}
+
+impl<B: Backend> std::fmt::Debug for MoveRowsBackward<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MoveRowsBackward")
+    }
+}
+
+impl<B: Backend> Backward<B, 1> for MoveRowsBackward<B> {
     type State = (B::IntTensorPrimitive, bool);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let (index, zero_row) = ops.state;
-        unary::<B, _>(ops.parents, ops.node, grads, |g| {
-            take_rows::<B>(g, index, zero_row)
-        });
+        let take = self.take;
+        unary::<B, _>(ops.parents, ops.node, grads, |g| take(g, index, zero_row));
     }
 }
 
@@ -251,6 +289,7 @@ fn move_rows_autodiff<B: Backend>(
     x: &Tensor<2>,
     forward: RowIndex<'_>,
     backward: RowIndex<'_>,
+    take: TakeRows<B>,
 ) -> Option<Tensor<2>>
 where
     DispatchTensor: DispatchKindConversion<Autodiff<B>>,
@@ -267,16 +306,15 @@ where
         .try_into_primitive::<Autodiff<B>>()
         .ok()?;
     let input = t.primitive().clone();
-    let out = match MoveRowsBackward
+    let out = match (MoveRowsBackward::<B> { take })
         .prepare::<NoCheckpointing>([t.node()])
         .compute_bound()
         .stateful()
     {
-        OpsKind::Tracked(prep) => prep.finish(
-            (bwd, backward.zero_row),
-            take_rows::<B>(input, fwd, forward.zero_row),
-        ),
-        OpsKind::UnTracked(prep) => prep.finish(take_rows::<B>(input, fwd, forward.zero_row)),
+        OpsKind::Tracked(prep) => {
+            prep.finish((bwd, backward.zero_row), take(input, fwd, forward.zero_row))
+        }
+        OpsKind::UnTracked(prep) => prep.finish(take(input, fwd, forward.zero_row)),
     };
     Some(Tensor::from_primitive::<Autodiff<B>>(out))
 }
@@ -358,7 +396,47 @@ mod tests {
 
     #[test]
     fn row_moves_have_the_gradients_of_burns_select() {
-        let device = Device::flex().autodiff();
+        row_moves_equal_burns_select_on(&Device::flex().autodiff());
+    }
+
+    /// On wgpu (Mesa's software driver in CI) the moves run one gather kernel, which reads
+    /// the zero row without appending it: on an autodiff graph they give burn's select and
+    /// its gradients, and on plain tensors (inference) burn's select, exactly.
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    #[test]
+    fn row_moves_on_wgpu_equal_burns_select() {
+        let Some(gpu) = crate::test_wgpu("row_moves_on_wgpu_equal_burns_select") else {
+            return;
+        };
+        row_moves_equal_burns_select_on(&gpu.clone().autodiff());
+        let (b, l, d) = (3, 5, 4);
+        let pad = [
+            false, false, true, true, true, //
+            false, false, false, false, false, //
+            true, false, false, true, true,
+        ];
+        let packing = Packing::new(&pad, b, l, &gpu);
+        let t = packing.len();
+        let values = |t: Tensor<2>| t.into_data().try_to_vec::<f32>().expect("f32");
+        let x = Tensor::<3>::from_data(
+            TensorData::new((0..b * l * d).map(|i| i as f32 + 0.5).collect(), [b, l, d]),
+            &gpu,
+        );
+        let reference = x
+            .clone()
+            .reshape([b * l, d])
+            .select(0, packing.gather.clone());
+        let packed = packing.pack(x);
+        assert_eq!(values(packed.clone()), values(reference), "pack");
+        let reference = Tensor::cat(vec![packed.clone(), Tensor::zeros([1, d], &gpu)], 0)
+            .select(0, packing.scatter.clone());
+        let unpacked = packing.unpack(packed).reshape([b * l, d]);
+        assert_eq!(values(unpacked), values(reference), "unpack");
+        assert_eq!(t, 9);
+    }
+
+    fn row_moves_equal_burns_select_on(device: &Device) {
+        let device = device.clone();
         let d = 3;
         // some padding (anywhere in a row), none, and only padding
         let cases: [(&[bool], usize, usize); 3] = [
