@@ -3,10 +3,13 @@
 //! [`self_attention`], with the packed layout ([`Packing`]) and head/mask glue they take.
 //!
 //! Each computes what the burn op of the same name computes. It first offers the work to the
-//! CPU wing ([`crate::cpu`]), whose kernels take `f32` tensors of the `flex` backend and hand
-//! anything else back, and otherwise runs burn's own op. This module is the one place that
-//! branches on the backend (`flex` or another, autodiff or not): the models hold no backend
-//! checks.
+//! CPU wing ([`crate::cpu`]), whose kernels take `f32` tensors of the `flex` backend, then, in
+//! builds with a cubecl device (`wgpu`, `vulkan`, `cuda`) and without `fusion`, to this
+//! project's cubecl kernels (`blocked` and `routed` for the products, the `cube_*` modules for
+//! LayerNorm, bias + GELU, the masked softmax, dropout, the bias gradients and the packing's
+//! gathers, forward and backward), each handing back what it does not take, and otherwise runs
+//! burn's own op. This module is the one place that branches on the backend (`flex` or
+//! another, autodiff or not): the models hold no backend checks.
 
 mod attention;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
