@@ -76,8 +76,9 @@ pub(crate) fn attention(
     )
 }
 
-/// [`attention`] (no causal mask, `H == Hkv`) with dropout on the attention probabilities, as
-/// Hugging Face's BERT trains. When `dropout` is active (training mode on an autodiff device,
+/// [`attention`] (no causal mask, `H == Hkv`; the mask `[B, 1, L, L]`, or `[B, 1, 1, L]` for
+/// a key mask off the CPU) with dropout on the attention probabilities, as Hugging Face's BERT
+/// trains. When `dropout` is active (training mode on an autodiff device,
 /// `prob > 0`) the product is spelled out (`softmax(q k^T / sqrt(d_head))`, masked keys
 /// pushed down by 1e9, dropout, times `v`); otherwise this is [`attention`].
 ///
@@ -235,13 +236,16 @@ pub(crate) fn padded_self_attention(
     let q = project(query, xp.clone());
     let k = project(key, xp.clone());
     let v = project(value, xp);
+    // on a cubecl device the mask stays `[B, 1, 1, L]`: the fused softmax reads it broadcast
+    // over the queries (and burn's ops expand it), where the `[B, 1, L, L]` view would be
+    // written out whole as floats
+    let mask = if super::routes_on(&q.device()) {
+        packing.key_rows_mask()
+    } else {
+        packing.key_mask()
+    };
     packing.pack(merge_heads(attention_with_dropout(
-        q,
-        k,
-        v,
-        packing.key_mask(),
-        dropout,
-        routine,
+        q, k, v, mask, dropout, routine,
     )))
 }
 

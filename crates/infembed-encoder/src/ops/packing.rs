@@ -118,6 +118,12 @@ impl Packing {
             .clone()
     }
 
+    /// The key-padding mask as `[B, 1, 1, L]` (`true` on padding), for ops that broadcast it
+    /// over the heads and queries themselves.
+    pub(crate) fn key_rows_mask(&self) -> Tensor<4, Bool> {
+        self.padding().reshape([self.b, 1, 1, self.l])
+    }
+
     /// `B + 1` row offsets: sequence `s` is rows `offsets[s]..offsets[s + 1]`.
     pub(crate) fn offsets(&self) -> &[usize] {
         &self.offsets
