@@ -642,9 +642,16 @@ impl Backward<Flex, 1> for DropoutBackward {
 /// and the `1 / keep` scale of kept elements.
 pub(crate) fn dropout_state(prob: f64, device: &Device) -> DropoutState {
     let seed = draw_seed(device);
+    let (threshold, scale) = dropout_threshold_and_scale(prob);
+    (seed, threshold, scale)
+}
+
+/// The threshold on 32 uniform bits that keeps an element with probability `1 - prob`, and
+/// the `1 / (1 - prob)` scale of kept elements (the CPU's and the cubecl devices' dropout).
+pub(crate) fn dropout_threshold_and_scale(prob: f64) -> (u32, f32) {
     let keep = 1.0 - prob;
     let threshold = (keep * 4_294_967_296.0).min(4_294_967_295.0) as u32;
-    (seed, threshold, (1.0 / keep) as f32)
+    (threshold, (1.0 / keep) as f32)
 }
 
 /// One 64-bit seed drawn from burn's generator of `device` (so `device.seed` governs it):

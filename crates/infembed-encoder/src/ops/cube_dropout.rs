@@ -23,6 +23,7 @@ use cubecl::ir::ElemType;
 
 use super::cube_kit::{cube, cube_count, finish, plain, primitive};
 use super::routed::{CubeTensor, float_kind};
+use crate::cpu::elementwise::dropout_threshold_and_scale;
 
 /// Units of a cube.
 const UNITS: usize = 256;
@@ -103,14 +104,6 @@ fn apply(x: &Tensor<1>, key: &Tensor<1>, threshold: u32, scale: f32) -> Option<T
     Some(out)
 }
 
-/// The threshold on 32 uniform bits that keeps elements with probability `1 - prob`, and
-/// the `1 / (1 - prob)` scale of kept ones.
-fn threshold_and_scale(prob: f64) -> (u32, f32) {
-    let keep = 1.0 - prob;
-    let threshold = (keep * 4_294_967_296.0).min(4_294_967_295.0) as u32;
-    (threshold, (1.0 / keep) as f32)
-}
-
 /// An active dropout (training mode, `0 < prob < 1`: [`super::dropout`] decides that) of `x`
 /// on an autodiff graph of cubecl tensors (without checkpointing), as one launch with a
 /// backward step of one launch ([`DropoutBackward`]); anything else is handed back as
@@ -131,7 +124,7 @@ pub(crate) fn try_dropout<const D: usize>(x: Tensor<D>, prob: f64) -> Result<Ten
     let n: usize = dims.iter().product();
     let inner = plain::<D>(xp.primitive().clone()).reshape([n]);
     let key = Tensor::<1>::random([4], Distribution::Default, (&inner.device(), DType::F32));
-    let (threshold, scale) = threshold_and_scale(prob);
+    let (threshold, scale) = dropout_threshold_and_scale(prob);
     let Some(y) = apply(&inner, &key, threshold, scale) else {
         return Err(x);
     };
@@ -266,7 +259,7 @@ mod tests {
         // the same key on the host gives the same mask
         ad.seed(7);
         let key = Tensor::<1>::random([4], Distribution::Default, (&gpu, DType::F32));
-        let (threshold, scale) = threshold_and_scale(p);
+        let (threshold, scale) = dropout_threshold_and_scale(p);
         let host = values(mask_ops(&key, rows * d, threshold, scale));
         let expected: Vec<f32> = x.iter().zip(&host).map(|(a, m)| a * m).collect();
         assert!(max_rel_diff(&expected, &y) < 1e-6, "the host's mask");
