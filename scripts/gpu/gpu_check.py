@@ -421,7 +421,7 @@ PROFILE_HASH_RE = re.compile(r"_[0-9a-f]{8}$")
 
 
 PROFILE_FULL_COUNT_RE = re.compile(r"^\}\s*CubeCount\s*\((\d+),\s*(\d+),\s*(\d+)\)")
-PROFILE_FIELD_RE = re.compile(r"^\s*(bm|bn|lhs_k_major|rhs_n_major):\s*(\w+),?\s*$")
+PROFILE_FIELD_RE = re.compile(r"^\s*(bm|bn|lhs_k_major|rhs_n_major|split):\s*(\w+),?\s*$")
 
 
 def profile_kernel_name(label):
@@ -442,8 +442,9 @@ def summarize_profile(lines, top=15):
     groups = {}
     total = 0.0
     launches = 0
-    # `profile-full` logs: each BlockedMatmul launch's tile, operand layouts and cube count
-    # (blocks along N, M and the batch), which name its product's shape
+    # `profile-full` logs: each BlockedMatmul launch's tile, operand layouts, whether its depth
+    # is split, and cube count (blocks along N, M and the batch times the depth's parts), which
+    # name its product's shape
     shapes = {}
     pending = None  # (ms, fields) of a BlockedMatmul launch whose settings follow
     for line in lines:
@@ -455,9 +456,10 @@ def summarize_profile(lines, top=15):
             c = PROFILE_FULL_COUNT_RE.match(line)
             if c:
                 ms, fields = pending
-                key = "tile {}x{} blocks {}x{}x{} lhs_k_major {} rhs_n_major {}".format(
+                key = "tile {}x{} blocks {}x{}x{} lhs_k_major {} rhs_n_major {} split {}".format(
                     fields.get("bm"), fields.get("bn"), c.group(1), c.group(2), c.group(3),
-                    fields.get("lhs_k_major"), fields.get("rhs_n_major"))
+                    fields.get("lhs_k_major"), fields.get("rhs_n_major"),
+                    fields.get("split", "false"))
                 g = shapes.setdefault(key, {"launch": key, "launches": 0, "total_ms": 0.0})
                 g["launches"] += 1
                 g["total_ms"] += ms
@@ -480,9 +482,11 @@ def summarize_profile(lines, top=15):
     for g in ranked:
         g["share"] = g["total_ms"] / total if total > 0 else None
         g["mean_us"] = 1e3 * g["total_ms"] / g["launches"]
-    # cubek's products (`MatmulEntry | ...`) and this project's `--matmul blocked` kernel
+    # cubek's products (`MatmulEntry | ...`) and this project's `--matmul blocked` kernel, with
+    # the launches that add the parts of a split product (`blocked_split`'s `SumParts`)
     matmuls = [g for g in ranked
-               if g["kernel"].startswith("MatmulEntry") or g["kernel"] == "BlockedMatmul"]
+               if g["kernel"].startswith("MatmulEntry")
+               or g["kernel"] in ("BlockedMatmul", "SumParts")]
     return {
         "launches": launches,
         "kernels": len(groups),

@@ -23,7 +23,7 @@
 #   --routines LIST         routines: for each routine one warm-up and one timed `infembed
 #                           embed --matmul R --batch-size 128` of the throughput set (f16 too
 #                           with --infembed-f16), and its embeddings of the parity set against
-#                           the CPU's (default burn,blocked,blocked_64,blocked_128,double_unit,
+#                           the CPU's (default burn,blocked,blocked_split,blocked_64,blocked_128,double_unit,
 #                           double_unit_min_tile,gemm,simple_cyclic_cmma,double_cyclic_cmma)
 #   --batch-sizes LIST      sweep: one `infembed embed --batch-size N` run of the throughput
 #                           set per N, after a warm-up run at each N (default 32,64,128,256);
@@ -69,7 +69,7 @@ ONLY="probe,parity,torch,throughput,train,profile,sweep,routines"
 MATMUL=""
 # the routine infembed takes without --matmul (crates/infembed-encoder/src/routine.rs)
 DEFAULT_MATMUL=blocked
-ROUTINES="burn,blocked,blocked_64,blocked_128,double_unit,double_unit_min_tile,gemm,simple_cyclic_cmma,double_cyclic_cmma"
+ROUTINES="burn,blocked,blocked_split,blocked_64,blocked_128,double_unit,double_unit_min_tile,gemm,simple_cyclic_cmma,double_cyclic_cmma"
 BATCH_SIZES="32,64,128,256"
 PROFILE_PASSAGES=1000
 PROFILE_STEPS=10

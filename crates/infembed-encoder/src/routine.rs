@@ -18,10 +18,11 @@ use crate::error::{Error, Result};
 
 /// The routines by name, in the probe's order: burn's own `matmul` (what burn chooses), cubek's
 /// `auto`, its SIMT routines, this project's register-blocked SIMT kernel (`blocked`, with its
-/// tile chosen per product, or fixed at `64 x 64` or `128 x 128` output blocks), then cubek's
+/// tile chosen per product, or fixed at `64 x 64` or `128 x 128` output blocks; `blocked_split`
+/// also splits the depth of products with few blocks), then cubek's
 /// tensor-core routines (`cmma`: cooperative matrices, `mma`: plane matrix instructions), as
 /// burn's autotuner lists them.
-const NAMES: [&str; 23] = [
+const NAMES: [&str; 24] = [
     "burn",
     "auto",
     "simple_unit",
@@ -33,6 +34,7 @@ const NAMES: [&str; 23] = [
     "blocked",
     "blocked_64",
     "blocked_128",
+    "blocked_split",
     "simple_cyclic_cmma",
     "simple_cyclic_cmma_multi_rows",
     "double_cyclic_cmma",
@@ -49,7 +51,8 @@ const NAMES: [&str; 23] = [
 
 /// The matrix-product routine of a GPU device's linear layers: this project's register-blocked
 /// SIMT kernel (`blocked`, the default, its tile chosen per product; `blocked_64` and
-/// `blocked_128` fix the tile), `burn` (burn's own `matmul`, which asks cubek to choose), or
+/// `blocked_128` fix the tile; `blocked_split` chooses the tile and splits the depth of
+/// products whose blocks leave the device idle, not yet timed on a GPU), `burn` (burn's own `matmul`, which asks cubek to choose), or
 /// one of cubek 0.3's routines by the name that `infembed devices --probe-matmul` reports it
 /// under (`double_unit`, `simple_cyclic_cmma`, ...; [`MatmulRoutine::all`]).
 ///
@@ -99,12 +102,14 @@ impl MatmulRoutine {
     /// What launches this routine's products (`None` for burn's own `matmul`).
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     pub(crate) fn launcher(self) -> Option<Launcher> {
-        use crate::ops::blocked::Tile;
+        use crate::ops::blocked::{Blocking, Tile};
+        let blocked = |tile, parts| Launcher::Blocked(Blocking { tile, parts });
         Some(match self.name() {
             "burn" => return None,
-            "blocked" => Launcher::Blocked(None),
-            "blocked_64" => Launcher::Blocked(Some(Tile::SMALL)),
-            "blocked_128" => Launcher::Blocked(Some(Tile::LARGE)),
+            "blocked" => blocked(None, Some(1)),
+            "blocked_64" => blocked(Some(Tile::SMALL), Some(1)),
+            "blocked_128" => blocked(Some(Tile::LARGE), Some(1)),
+            "blocked_split" => blocked(None, None),
             _ => Launcher::Cubek(self.strategy()),
         })
     }
@@ -198,8 +203,9 @@ impl MatmulRoutine {
 pub(crate) enum Launcher {
     /// Through one of cubek's routines.
     Cubek(cubek::matmul::strategy::Strategy),
-    /// Through this project's blocked kernel, with its tile (`None`: chosen per product).
-    Blocked(Option<crate::ops::blocked::Tile>),
+    /// Through this project's blocked kernel, with its tile and depth split (`None`: chosen
+    /// per product).
+    Blocked(crate::ops::blocked::Blocking),
 }
 
 impl fmt::Debug for MatmulRoutine {
@@ -273,20 +279,20 @@ mod tests {
 
     /// Every name but `burn` and the `blocked` ones maps to a cubek strategy of its own family
     /// (cubek's display name starts with it) and its own arguments (no two display names are
-    /// equal); the `blocked` ones to this project's kernel, each with its own tile.
+    /// equal); the `blocked` ones to this project's kernel, each with its own tile and split.
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     #[test]
     fn every_name_maps_to_its_own_strategy() {
-        use crate::ops::blocked::Tile;
+        use crate::ops::blocked::{Blocking, Tile};
         assert!(MatmulRoutine::BURN.launcher().is_none());
         let mut shown = std::collections::HashSet::new();
         let mut tiles = Vec::new();
         for r in MatmulRoutine::all().skip(1) {
             let s = match r.launcher() {
                 Some(Launcher::Cubek(s)) => s,
-                Some(Launcher::Blocked(tile)) => {
+                Some(Launcher::Blocked(blocking)) => {
                     assert!(r.name().starts_with("blocked"), "{r}");
-                    tiles.push(tile);
+                    tiles.push(blocking);
                     continue;
                 }
                 None => panic!("{r} has no launcher"),
@@ -307,6 +313,15 @@ mod tests {
             );
             assert!(shown.insert(display.clone()), "{r}: {display} twice");
         }
-        assert_eq!(tiles, [None, Some(Tile::SMALL), Some(Tile::LARGE)]);
+        let blocking = |tile, parts| Blocking { tile, parts };
+        assert_eq!(
+            tiles,
+            [
+                blocking(None, Some(1)),
+                blocking(Some(Tile::SMALL), Some(1)),
+                blocking(Some(Tile::LARGE), Some(1)),
+                blocking(None, None),
+            ]
+        );
     }
 }

@@ -26,8 +26,16 @@
 //!
 //! Two block sizes: `128 x 128` (8 x 8 a unit, 256 units) for products with enough blocks to
 //! fill the device twice, `64 x 64` (4 x 4 a unit, 256 units) for the smaller ones.
+//!
+//! Through the `blocked_split` routine (not the default until a GPU has timed it), a product
+//! whose blocks do not fill the device twice and whose depth is long (the weight gradients,
+//! whose depth is the batch's tokens; the feed-forward down product and the input gradient of
+//! the up product, 1,536 deep) has its depth split ([`parts_for`]): each cube sums one run of
+//! it for its block into an f32 partial output, and a second launch adds the parts in order,
+//! so the result does not depend on scheduling.
 
-use cubecl::ir::ElemType;
+use burn::tensor::DType;
+use cubecl::ir::{ElemType, FloatKind};
 use cubecl::{CubeCount, CubeDim};
 
 use super::routed::{LaunchError, Operands};
@@ -81,12 +89,11 @@ impl Tile {
         [n.div_ceil(self.bn), m.div_ceil(self.bm), b]
     }
 
-    /// The tile for a `[B, M, N]` output on a device of `sms` multiprocessors (when it says):
+    /// The tile for a `[B, M, N]` output on a device of `sms` multiprocessors:
     /// the large one when the output is at least one large block tall and wide and its blocks
     /// fill the device twice, else the small one (which wastes less of a block on attention's
     /// `L x L` scores and `L x 32` contexts).
-    pub(crate) fn for_output(out: [usize; 3], sms: Option<u32>) -> Self {
-        let sms = sms.map_or(100, |s| s as usize);
+    pub(crate) fn for_output(out: [usize; 3], sms: usize) -> Self {
         let [_, m, n] = out;
         let [x, y, z] = Self::LARGE.blocks(out);
         if m >= Self::LARGE.bm && n >= Self::LARGE.bn && x * y * z >= 2 * sms {
@@ -97,13 +104,15 @@ impl Tile {
     }
 }
 
-/// A launch's comptime layout: its tile, and which operands are contiguous along their last
-/// dimension (`lhs` along `K`, `rhs` along `N`).
+/// A launch's comptime layout: its tile, which operands are contiguous along their last
+/// dimension (`lhs` along `K`, `rhs` along `N`), and whether the depth is split (the output
+/// then holds each part's f32 sums, `[parts · B, M, N]`, for [`kernel::sum_parts`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Layout {
     tile: Tile,
     lhs_k_major: bool,
     rhs_n_major: bool,
+    split: bool,
 }
 
 mod kernel {
@@ -228,16 +237,25 @@ mod kernel {
     }
 
     /// One `bm x bn` block of `out = lhs · rhs` per cube (module docs). `lhs`: `[..., M, K]`,
-    /// `rhs`: `[..., K, N]`, `out`: `[..., M, N]` with the same batch dimensions (one cube
-    /// row per batch along `z`), any strides (a GPU runtime may pad the rows of a new
-    /// tensor).
+    /// `rhs`: `[..., K, N]`, any strides (a GPU runtime may pad the rows of a new tensor).
+    ///
+    /// The depth is cut into `parts` runs of `run` (split: a multiple of the tile's depth, the
+    /// last run no longer; unsplit: one run of the whole depth), and cube `z` sums run `z %
+    /// parts` of batch `z / parts` (the batches counted over the operands' batch dimensions,
+    /// the last fastest). Unsplit (`parts` 1), `out` is `[..., M, N]` with the operands' batch
+    /// dimensions; split, it is `[parts · B, M, N]`, part `p` of batch `b` at `p · B + b`,
+    /// summed by [`sum_parts`].
+    #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
-    pub(super) fn blocked_matmul<F: Float>(
+    pub(super) fn blocked_matmul<F: Float, O: Float>(
         lhs: &Tensor<F>,
         rhs: &Tensor<F>,
-        out: &mut Tensor<F>,
+        out: &mut Tensor<O>,
+        parts: usize,
+        run: usize,
         #[comptime] layout: Layout,
         #[define(F)] _dtype: ElemType,
+        #[define(O)] _out_dtype: ElemType,
     ) {
         let t = layout.tile;
         let (bm, bn, bk, tm, tn) = (t.bm, t.bn, t.bk, t.tm, t.tn);
@@ -246,24 +264,35 @@ mod kernel {
         let unit = UNIT_POS as usize;
         let ty = unit / units_x;
         let tx = unit % units_x;
-        // where this cube's batch (`z`, counted over the shared batch dimensions, the last
-        // fastest) starts in each tensor, by its own strides
-        let rank = out.rank();
+        let part = CUBE_POS_Z as usize % parts;
+        let batch = CUBE_POS_Z as usize / parts;
+        // where this cube's batch starts in each operand (and, unsplit, in the output), by
+        // its own strides
+        let rank = lhs.rank();
         let (rows_dim, cols_dim) = (rank - 2, rank - 1);
-        let mut rest = CUBE_POS_Z as usize;
+        let mut rest = batch;
         let mut lhs_base = 0usize;
         let mut rhs_base = 0usize;
         let mut out_base = 0usize;
         for i in 0..rows_dim {
             let d = rows_dim - 1 - i;
-            let size = out.shape(d);
+            let size = lhs.shape(d);
             let index = rest % size;
             rest /= size;
             lhs_base += index * lhs.stride(d);
             rhs_base += index * rhs.stride(d);
-            out_base += index * out.stride(d);
+            if !layout.split {
+                out_base += index * out.stride(d);
+            }
         }
-        let n = out.shape(cols_dim);
+        if layout.split {
+            let batches = out.shape(0) / parts;
+            out_base = (part * batches + batch) * out.stride(0);
+        }
+        let n = rhs.shape(cols_dim);
+        let k = lhs.shape(cols_dim);
+        let k_begin = part * run;
+        let k_end = select(k_begin + run < k, k_begin + run, k);
         let w = Window {
             lhs: Strided {
                 base: lhs_base,
@@ -277,9 +306,9 @@ mod kernel {
             },
             row0: CUBE_POS_Y as usize * bm,
             col0: CUBE_POS_X as usize * bn,
-            m: out.shape(rows_dim),
+            m: lhs.shape(rows_dim),
             n,
-            k: lhs.shape(cols_dim),
+            k: k_end,
             unit,
         };
 
@@ -302,8 +331,8 @@ mod kernel {
         let b_loads = bk * bn / units;
         let mut a_next = Array::<F>::new(a_loads);
         let mut b_next = Array::<F>::new(b_loads);
-        fetch_slices::<F>(lhs, rhs, &w, &mut a_next, &mut b_next, 0, layout);
-        let mut k0 = 0usize;
+        fetch_slices::<F>(lhs, rhs, &w, &mut a_next, &mut b_next, k_begin, layout);
+        let mut k0 = k_begin;
         while k0 < w.k {
             #[unroll]
             for l in 0..a_loads {
@@ -343,7 +372,8 @@ mod kernel {
             k0 = next;
         }
 
-        let (out_m, out_n) = (out.stride(rows_dim), out.stride(cols_dim));
+        let out_rank = out.rank();
+        let (out_m, out_n) = (out.stride(out_rank - 2), out.stride(out_rank - 1));
         #[unroll]
         for i in 0..tm {
             let gr = w.row0 + ty + i * (bm / tm);
@@ -351,9 +381,44 @@ mod kernel {
             for j in 0..tn {
                 let gj = w.col0 + tx + j * units_x;
                 if gr < w.m && gj < n {
-                    out[out_base + gr * out_m + gj * out_n] = F::cast_from(acc[i * tn + j]);
+                    out[out_base + gr * out_m + gj * out_n] = O::cast_from(acc[i * tn + j]);
                 }
             }
+        }
+    }
+
+    /// `out[b, r, c] = Σ_p sums[p · B + b, r, c]`, the parts in order (`sums` `[parts · B, M,
+    /// N]` of f32, `out` `[..., M, N]` with `B` batches over its batch dimensions; any
+    /// strides), one unit an element (cubes on two axes).
+    #[cube(launch)]
+    pub(super) fn sum_parts<O: Float>(
+        sums: &Tensor<f32>,
+        out: &mut Tensor<O>,
+        parts: usize,
+        #[comptime] units: usize,
+        #[define(O)] _dtype: ElemType,
+    ) {
+        let (batches, m, n) = (sums.shape(0) / parts, sums.shape(1), sums.shape(2));
+        let index = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * units + UNIT_POS as usize;
+        if index < batches * m * n {
+            let c = index % n;
+            let r = (index / n) % m;
+            let batch = index / (m * n);
+            let at = r * sums.stride(1) + c * sums.stride(2);
+            let mut total = 0.0f32;
+            for p in 0..parts {
+                total += sums[(p * batches + batch) * sums.stride(0) + at];
+            }
+            let rank = out.rank();
+            let mut rest = batch;
+            let mut out_at = r * out.stride(rank - 2) + c * out.stride(rank - 1);
+            for i in 0..rank - 2 {
+                let d = rank - 3 - i;
+                let size = out.shape(d);
+                out_at += (rest % size) * out.stride(d);
+                rest /= size;
+            }
+            out[out_at] = O::cast_from(total);
         }
     }
 }
@@ -365,15 +430,83 @@ thread_local! {
     pub(crate) static LAUNCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// `lhs · rhs` through the blocked kernel with `tile` (`None`: [`Tile::for_output`]) into
-/// `operands.out` ([`routed::launch`](super::routed::launch) checks the operands and makes
-/// the output). f32, f16 and bf16 operands (the sums in f32); strided views are read in place.
+/// How a product is blocked: its tile (`None`: [`Tile::for_output`]) and into how many parts
+/// its depth is split (`None`: [`parts_for`], the `blocked_split` routine; `Some(1)`: never,
+/// the other `blocked` ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Blocking {
+    pub(crate) tile: Option<Tile>,
+    pub(crate) parts: Option<usize>,
+}
+
+/// The multiprocessors of a device that does not report them (wgpu does not).
+const ASSUMED_SMS: usize = 100;
+
+/// The shallowest run of the depth that a part of a split product sums (but the last part).
+const MIN_RUN: usize = 256;
+
+/// The fewest multiply-adds (`B M N K`) of a product worth a second launch: below it, the
+/// launch costs more than the idle device.
+const MIN_SPLIT_WORK: usize = 1 << 24;
+
+/// The most parts a product's depth is split into.
+const MAX_PARTS: usize = 16;
+
+/// Into how many parts to split the depth `k` of a product with a `[B, M, N]` output blocked
+/// by `tile`, on a device of `sms` multiprocessors ([`ASSUMED_SMS`] through wgpu, which does
+/// not say): one when its blocks fill the device twice or it has fewer than
+/// [`MIN_SPLIT_WORK`] multiply-adds, else enough parts to make four cubes a multiprocessor as
+/// far as the depth allows (each part at least [`MIN_RUN`] deep, but the last), and at most
+/// [`MAX_PARTS`].
+///
+/// A product with a small output and a deep sum has few blocks, each summing the whole depth
+/// one after the other while most of the device waits: the weight gradients of the encoder's
+/// `384 x 384` projections are 36 blocks of `64 x 64` over the batch's tokens. Split, each
+/// cube sums a run of the depth into an f32 partial output, and one more launch adds the
+/// parts ([`kernel::sum_parts`]).
+fn parts_for(tile: Tile, out: [usize; 3], k: usize, sms: usize) -> usize {
+    let [x, y, z] = tile.blocks(out);
+    let blocks = (x * y * z).max(1);
+    let [b, m, n] = out;
+    if blocks >= 2 * sms || b * m * n * k < MIN_SPLIT_WORK {
+        return 1;
+    }
+    (4 * sms)
+        .div_ceil(blocks)
+        .min(k / MIN_RUN)
+        .clamp(1, MAX_PARTS)
+}
+
+/// The run of the depth `k` each of (at most) `parts` parts sums: a multiple of the tile's
+/// depth; and how many parts that makes (at least one).
+fn runs(tile: Tile, k: usize, parts: usize) -> (usize, usize) {
+    let run = k
+        .div_ceil(parts.max(1))
+        .next_multiple_of(tile.bk)
+        .max(tile.bk);
+    (run, k.div_ceil(run).max(1))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many products this thread split (for the tests).
+    pub(crate) static SPLITS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// `lhs · rhs` through the blocked kernel as `blocking` says, into `operands.out`
+/// ([`routed::launch`](super::routed::launch) checks the operands and makes the output; a
+/// split product's partial sums are a new f32 tensor on `device`). f32, f16 and bf16 operands
+/// (the sums in f32); strided views are read in place.
 ///
 /// # Shapes
 /// - `lhs`: `[..., M, K]`
 /// - `rhs`: `[..., K, N]`
 /// - output: `[..., M, N]` (the operands' batch dimensions)
-pub(crate) fn launch(tile: Option<Tile>, operands: Operands) -> Result<(), LaunchError> {
+pub(crate) fn launch(
+    blocking: Blocking,
+    operands: Operands,
+    device: &burn::tensor::Device,
+) -> Result<(), LaunchError> {
     #[cfg(test)]
     LAUNCHES.set(LAUNCHES.get() + 1);
     let Operands {
@@ -396,13 +529,20 @@ pub(crate) fn launch(tile: Option<Tile>, operands: Operands) -> Result<(), Launc
     if b * m * n == 0 {
         return Ok(());
     }
+    let k = lhs.meta.shape()[rank - 1];
     let client = out.client.clone();
-    let tile = tile.unwrap_or_else(|| {
-        Tile::for_output(
-            [b, m, n],
-            client.properties().hardware.num_streaming_multiprocessors,
-        )
-    });
+    let sms = client
+        .properties()
+        .hardware
+        .num_streaming_multiprocessors
+        .map_or(ASSUMED_SMS, |s| s as usize);
+    let tile = blocking
+        .tile
+        .unwrap_or_else(|| Tile::for_output([b, m, n], sms));
+    let wanted = blocking
+        .parts
+        .unwrap_or_else(|| parts_for(tile, [b, m, n], k, sms));
+    let (run, parts) = runs(tile, k, wanted);
     let lhs_k_major = lhs.meta.strides[rank - 1] == 1;
     let rhs_n_major = rhs.meta.strides[rank - 1] == 1;
     let [x, y, z] = tile.blocks([b, m, n]);
@@ -413,28 +553,68 @@ pub(crate) fn launch(tile: Option<Tile>, operands: Operands) -> Result<(), Launc
             .filter(|&v| v <= max)
             .ok_or_else(|| LaunchError::Operands(format!("{v} blocks on one axis, over {max}")))
     };
-    let cube_count = CubeCount::Static(count(x, max_x)?, count(y, max_y)?, count(z, max_z)?);
+    let cube_count =
+        CubeCount::Static(count(x, max_x)?, count(y, max_y)?, count(z * parts, max_z)?);
     let cube_dim = CubeDim::new_1d(tile.units() as u32);
     log::trace!(
-        "blocked product: batch {b} m {m} n {n} k {} tile {tile:?} blocks {x}x{y}x{z} lhs k-major {lhs_k_major} rhs n-major {rhs_n_major}",
-        lhs.meta.shape()[rank - 1]
+        "blocked product: batch {b} m {m} n {n} k {k} tile {tile:?} blocks {x}x{y}x{z} parts {parts} lhs k-major {lhs_k_major} rhs n-major {rhs_n_major}",
     );
+    let layout = |split| Layout {
+        tile,
+        lhs_k_major,
+        rhs_n_major,
+        split,
+    };
+    let elem = ElemType::Float(kind);
+    let split = parts > 1;
+    // split, the parts' sums go to an f32 tensor that `sum_parts` adds up into `out`
+    let sums =
+        if split {
+            let sums = burn::tensor::Tensor::<3>::empty([parts * b, m, n], (device, DType::F32));
+            Some(super::cube_kit::cube(&sums).ok_or_else(|| {
+                LaunchError::Operands("partial sums off the cubecl device".into())
+            })?)
+        } else {
+            None
+        };
+    let (target, target_elem, run) = match &sums {
+        Some(sums) => (sums.clone(), ElemType::Float(FloatKind::F32), run),
+        None => (out.clone(), elem, k.max(1)),
+    };
     kernel::blocked_matmul::launch(
         &client,
         cube_count,
         cube_dim,
         lhs.into_tensor_arg(),
         rhs.into_tensor_arg(),
-        out.into_tensor_arg(),
-        Layout {
-            tile,
-            lhs_k_major,
-            rhs_n_major,
-        },
-        ElemType::Float(kind),
+        target.into_tensor_arg(),
+        parts,
+        run,
+        layout(split),
+        elem,
+        target_elem,
     );
+    if let Some(sums) = sums {
+        let cubes = super::cube_kit::cube_count((b * m * n).div_ceil(SUM_UNITS))
+            .ok_or_else(|| LaunchError::Operands(format!("{} output elements", b * m * n)))?;
+        kernel::sum_parts::launch(
+            &client,
+            cubes,
+            CubeDim::new_1d(SUM_UNITS as u32),
+            sums.into_tensor_arg(),
+            out.into_tensor_arg(),
+            parts,
+            SUM_UNITS,
+            elem,
+        );
+        #[cfg(test)]
+        SPLITS.set(SPLITS.get() + 1);
+    }
     Ok(())
 }
+
+/// Units of a cube of [`kernel::sum_parts`].
+const SUM_UNITS: usize = 256;
 
 #[cfg(test)]
 mod tests {
@@ -448,6 +628,21 @@ mod tests {
 
     fn values(t: Tensor<3>) -> Vec<f32> {
         t.into_data().convert::<f32>().try_to_vec().unwrap()
+    }
+
+    /// Both tiles, each whole and with the depth asked in `parts` parts, as launchers.
+    fn fixed_launchers(parts: usize) -> Vec<(Tile, usize, Launcher)> {
+        [Tile::SMALL, Tile::LARGE]
+            .into_iter()
+            .flat_map(|tile| [(tile, 1), (tile, parts)])
+            .map(|(tile, parts)| {
+                let blocking = Blocking {
+                    tile: Some(tile),
+                    parts: Some(parts),
+                };
+                (tile, parts, Launcher::Blocked(blocking))
+            })
+            .collect()
     }
 
     /// The blocked kernel on wgpu (Mesa's software driver in CI) against a naive f64 product
@@ -501,9 +696,15 @@ mod tests {
                 Tensor::<3>::from_data(TensorData::new(tr, [bs, cols, rows]), &gpu).swap_dims(1, 2)
             };
             let (at, bt) = (stored_transposed(&a), stored_transposed(&b));
-            for tile in [Tile::SMALL, Tile::LARGE] {
-                let launcher = Launcher::Blocked(Some(tile));
-                let product = |l: &Tensor<3>, r: &Tensor<3>| routed::launch(&launcher, l, r);
+            for (tile, parts, launcher) in fixed_launchers(3) {
+                // every depth here is past one slice, so three parts always split it
+                let product = |l: &Tensor<3>, r: &Tensor<3>| {
+                    let before = SPLITS.get();
+                    let out = routed::launch(&launcher, l, r);
+                    assert_eq!(SPLITS.get() - before, usize::from(parts > 1), "{tile:?}");
+                    out
+                };
+                let case = format!("{tile:?} in {parts} parts [{bs}, {m}, {k}, {n}]");
                 for (what, l, r) in [
                     ("plain", &a, &b),
                     ("lhs transposed", &at, &b),
@@ -511,10 +712,7 @@ mod tests {
                 ] {
                     let got = values(product(l, r).expect("an f32 product"));
                     let diff = max_rel_diff(&expected, &got);
-                    assert!(
-                        diff < 1e-5,
-                        "{tile:?} {what} [{bs}, {m}, {k}, {n}]: differs by {diff}"
-                    );
+                    assert!(diff < 1e-5, "{case} {what}: differs by {diff}");
                 }
                 let (a16, b16) = (a.clone().cast(DType::F16), b.clone().cast(DType::F16));
                 let got = values(product(&a16, &b16).expect("an f16 product"));
@@ -522,9 +720,115 @@ mod tests {
                 let diff = max_rel_diff(&exact, &got);
                 assert!(
                     (1e-6..1e-2).contains(&diff),
-                    "{tile:?} f16 [{bs}, {m}, {k}, {n}]: differs by {diff}"
+                    "{case} f16: differs by {diff}"
                 );
             }
+        }
+    }
+
+    /// How a product is split: never when its blocks fill the device twice or its depth is
+    /// short, else toward four cubes a multiprocessor; and every split's runs are whole slices
+    /// that cover the depth with no empty part, for any depth and number of parts asked for.
+    #[test]
+    fn products_are_split_where_their_blocks_leave_the_device_idle() {
+        // the weight gradient of a 384 x 384 projection over 1,664 tokens: 36 blocks
+        let tile = Tile::for_output([1, 384, 384], 100);
+        assert_eq!(tile, Tile::SMALL);
+        assert_eq!(parts_for(tile, [1, 384, 384], 1664, 100), 6); // depth-bound: 1664 / 256
+        assert_eq!(parts_for(tile, [1, 384, 384], 4096, 132), 15); // 528 cubes / 36
+        assert_eq!(parts_for(tile, [1, 64, 64], 40_000, 132), MAX_PARTS); // one block
+        // a forward projection's depth (384) is too short to split
+        assert_eq!(parts_for(tile, [1, 1664, 384], 384, 100), 1);
+        // the feed-forward down product over 1,664 tokens: 156 blocks of 64 x 64
+        assert_eq!(parts_for(tile, [1, 1664, 384], 1536, 100), 3);
+        // enough blocks: the feed-forward up product over 4,096 tokens takes the large tile
+        let up = [1, 4096, 1536];
+        let large = Tile::for_output(up, 100);
+        assert_eq!(large, Tile::LARGE);
+        assert_eq!(parts_for(large, up, 384, 100), 1);
+        assert_eq!(parts_for(Tile::SMALL, [64, 128, 128], 4096, 100), 1); // 256 blocks
+        // too little work for a second launch: a 10-token feed-forward down product
+        assert_eq!(parts_for(tile, [1, 10, 384], 1536, 100), 1);
+        assert_eq!(parts_for(tile, [1, 64, 64], 4096, 100), 16); // MIN_SPLIT_WORK exactly
+        assert_eq!(parts_for(tile, [1, 64, 64], 4095, 100), 1);
+        for tile in [Tile::SMALL, Tile::LARGE] {
+            assert_eq!(runs(tile, 0, 5), (tile.bk, 1));
+            for k in 1..600 {
+                for asked in 0..20 {
+                    let (run, parts) = runs(tile, k, asked);
+                    assert!(
+                        run % tile.bk == 0 && run > 0,
+                        "{tile:?} k {k} asked {asked}"
+                    );
+                    assert!(parts >= 1 && parts <= asked.max(1), "{k} {asked}: {parts}");
+                    assert!(
+                        (parts - 1) * run < k && parts * run >= k,
+                        "{tile:?} k {k} asked {asked}: {parts} parts of {run}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A linear layer on an autodiff graph through `blocked_split` (tile and split chosen per
+    /// product) over enough rows that its weight gradient, four small blocks deep in rows, is
+    /// split and nothing else is: the output and the gradients equal burn's `Linear`, and no
+    /// product fell back to burn's `matmul`.
+    #[test]
+    fn split_weight_gradients_equal_burns() {
+        use crate::cpu::gemm::Activation;
+        use crate::routine::MatmulRoutine;
+        use burn::nn::LinearConfig;
+        let Some(gpu) = crate::test_wgpu("split_weight_gradients_equal_burns") else {
+            return;
+        };
+        let ad = gpu.autodiff();
+        let layer = LinearConfig::new(128, 96).init(&ad);
+        let x = Tensor::<2>::random([1500, 128], Distribution::Normal(0.0, 1.0), &ad);
+        let r = Tensor::<2>::random([1500, 96], Distribution::Normal(0.0, 1.0), &ad);
+        let split_routine: MatmulRoutine = "blocked_split".parse().unwrap();
+        let grads_of = |routed: bool| {
+            let x = x.clone().detach().require_grad();
+            let before = SPLITS.get();
+            let fallbacks = routed::fallbacks();
+            let y = if routed {
+                routed::try_linear(&layer, x.clone(), split_routine, Activation::Identity)
+                    .expect("a wgpu f32 tensor is routed")
+            } else {
+                layer.forward(x.clone())
+            };
+            let grads = (y.clone() * r.clone()).sum().backward();
+            let grad = |t: Option<Tensor<2>>| {
+                t.expect("a gradient")
+                    .into_data()
+                    .convert::<f32>()
+                    .try_to_vec::<f32>()
+                    .unwrap()
+            };
+            let out = y.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+            let split = SPLITS.get() - before;
+            assert_eq!(
+                routed::fallbacks(),
+                fallbacks,
+                "a product fell back to burn's"
+            );
+            (
+                [out, grad(x.grad(&grads)), grad(layer.weight.grad(&grads))],
+                split,
+            )
+        };
+        let (burn, _) = grads_of(false);
+        let (blocked, split) = grads_of(true);
+        // 1,500 rows: the weight gradient's four blocks sum them in five parts (the forward
+        // product and the input gradient are 128 and 96 deep)
+        assert_eq!(split, 1, "the weight gradient was not split");
+        for (what, a, b) in ["output", "input gradient", "weight gradient"]
+            .iter()
+            .zip(burn.iter().zip(&blocked))
+            .map(|(w, (a, b))| (w, a, b))
+        {
+            let diff = max_rel_diff(a, b);
+            assert!(diff < 1e-5, "{what} differs by {diff}");
         }
     }
 
@@ -542,16 +846,21 @@ mod tests {
         let rand = || Tensor::<3>::random([b, l, h * dh], Distribution::Normal(0.0, 1.0), &gpu);
         let (q, k, v) = (heads(rand()), heads(rand()), heads(rand()));
         let p = Tensor::<4>::random([b, h, l, l], Distribution::Normal(0.0, 1.0), &gpu);
-        for tile in [Tile::SMALL, Tile::LARGE] {
-            let launcher = Launcher::Blocked(Some(tile));
-            for (what, lhs, rhs) in [
-                ("q kT", q.clone(), k.clone().swap_dims(2, 3)),
-                ("p v", p.clone(), v.clone()),
+        for (tile, parts, launcher) in fixed_launchers(2) {
+            // `p v` sums over 37 keys: two parts split it (`q kT`'s 8 are one slice)
+            for (what, lhs, rhs, split) in [
+                ("q kT", q.clone(), k.clone().swap_dims(2, 3), 0),
+                ("p v", p.clone(), v.clone(), usize::from(parts > 1)),
             ] {
+                let before = SPLITS.get();
                 let got = routed::launch(&launcher, &lhs, &rhs).expect("an f32 product");
+                assert_eq!(SPLITS.get() - before, split, "{tile:?} {parts} {what}");
                 assert_eq!(got.dims(), lhs.clone().matmul(rhs.clone()).dims());
                 let diff = max_rel_diff(&values4(lhs.matmul(rhs)), &values4(got));
-                assert!(diff < 1e-5, "{tile:?} {what}: differs by {diff}");
+                assert!(
+                    diff < 1e-5,
+                    "{tile:?} in {parts} parts {what}: differs by {diff}"
+                );
             }
         }
     }

@@ -119,7 +119,7 @@ pub(crate) fn launch<const D: usize>(
     };
     match launcher {
         Launcher::Cubek(strategy) => launch_cubek(strategy, operands)?,
-        Launcher::Blocked(tile) => super::blocked::launch(*tile, operands)?,
+        Launcher::Blocked(blocking) => super::blocked::launch(*blocking, operands, &lhs.device())?,
     }
     Ok(out)
 }
