@@ -27,6 +27,9 @@
 //! Two block sizes: `128 x 128` (8 x 8 a unit, 256 units) for products with enough blocks to
 //! fill the device twice, `64 x 64` (4 x 4 a unit, 256 units) for the smaller ones.
 //!
+//! An epilogue ([`Epilogue`]) adds a linear layer's bias to each output element's f32 sum
+//! before it is stored, then applies GELU if asked, so that neither costs a launch of its own.
+//!
 //! Through the `blocked_split` routine (not the default until a GPU has timed it), a product
 //! whose blocks do not fill the device twice and whose depth is long (the weight gradients,
 //! whose depth is the batch's tokens; the feed-forward down product and the input gradient of
@@ -104,21 +107,53 @@ impl Tile {
     }
 }
 
+/// What a product's launch does to each output element after its sum and before storing it
+/// (a linear layer's bias and activation, so that they cost no launch of their own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Epilogue {
+    /// Add the bias of the element's column (`[N]`).
+    pub(crate) bias: bool,
+    /// Then apply the exact (erf) GELU.
+    pub(crate) gelu: bool,
+}
+
 /// A launch's comptime layout: its tile, which operands are contiguous along their last
-/// dimension (`lhs` along `K`, `rhs` along `N`), and whether the depth is split (the output
-/// then holds each part's f32 sums, `[parts · B, M, N]`, for [`kernel::sum_parts`]).
+/// dimension (`lhs` along `K`, `rhs` along `N`), whether the depth is split (the output then
+/// holds each part's f32 sums, `[parts · B, M, N]`, for [`kernel::sum_parts`]), and its
+/// epilogue (none when split: [`kernel::sum_parts`] applies it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Layout {
     tile: Tile,
     lhs_k_major: bool,
     rhs_n_major: bool,
     split: bool,
+    epilogue: Epilogue,
 }
 
 mod kernel {
     use cubecl::prelude::*;
 
-    use super::Layout;
+    use super::{Epilogue, Layout};
+
+    /// An output element's f32 sum through the epilogue: plus `bias[col]` (read only with
+    /// `epilogue.bias`), then GELU `z Φ(z)` (with `epilogue.gelu`), as the bias + GELU kernel
+    /// computes it.
+    #[cube]
+    fn apply_epilogue<F: Float>(
+        sum: f32,
+        bias: &Tensor<F>,
+        col: usize,
+        #[comptime] epilogue: Epilogue,
+    ) -> f32 {
+        let mut z = sum;
+        if epilogue.bias {
+            z += f32::cast_from(bias[col * bias.stride(0)]);
+        }
+        if epilogue.gelu {
+            z *= 0.5f32 * (1.0f32 + Erf::erf(z * std::f32::consts::FRAC_1_SQRT_2));
+        }
+        z
+    }
 
     /// Where an operand's elements sit: `base + row * along_rows + depth * along_depth`.
     #[derive(CubeType)]
@@ -244,12 +279,14 @@ mod kernel {
     /// parts` of batch `z / parts` (the batches counted over the operands' batch dimensions,
     /// the last fastest). Unsplit (`parts` 1), `out` is `[..., M, N]` with the operands' batch
     /// dimensions; split, it is `[parts · B, M, N]`, part `p` of batch `b` at `p · B + b`,
-    /// summed by [`sum_parts`].
+    /// summed by [`sum_parts`]. Each element passes through `layout.epilogue` (the bias `[N]`
+    /// is read only when it says so) before it is stored.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
     pub(super) fn blocked_matmul<F: Float, O: Float>(
         lhs: &Tensor<F>,
         rhs: &Tensor<F>,
+        bias: &Tensor<F>,
         out: &mut Tensor<O>,
         parts: usize,
         run: usize,
@@ -381,21 +418,25 @@ mod kernel {
             for j in 0..tn {
                 let gj = w.col0 + tx + j * units_x;
                 if gr < w.m && gj < n {
-                    out[out_base + gr * out_m + gj * out_n] = O::cast_from(acc[i * tn + j]);
+                    let v = apply_epilogue::<F>(acc[i * tn + j], bias, gj, layout.epilogue);
+                    out[out_base + gr * out_m + gj * out_n] = O::cast_from(v);
                 }
             }
         }
     }
 
-    /// `out[b, r, c] = Σ_p sums[p · B + b, r, c]`, the parts in order (`sums` `[parts · B, M,
-    /// N]` of f32, `out` `[..., M, N]` with `B` batches over its batch dimensions; any
-    /// strides), one unit an element (cubes on two axes).
+    /// `out[b, r, c] = Σ_p sums[p · B + b, r, c]`, the parts in order, through `epilogue`
+    /// (`sums` `[parts · B, M, N]` of f32, `out` `[..., M, N]` with `B` batches over its batch
+    /// dimensions, `bias` `[N]`; any strides), one unit an element (cubes on two axes).
+    #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
     pub(super) fn sum_parts<O: Float>(
         sums: &Tensor<f32>,
+        bias: &Tensor<O>,
         out: &mut Tensor<O>,
         parts: usize,
         #[comptime] units: usize,
+        #[comptime] epilogue: Epilogue,
         #[define(O)] _dtype: ElemType,
     ) {
         let (batches, m, n) = (sums.shape(0) / parts, sums.shape(1), sums.shape(2));
@@ -418,7 +459,7 @@ mod kernel {
                 out_at += (rest % size) * out.stride(d);
                 rest /= size;
             }
-            out[out_at] = O::cast_from(total);
+            out[out_at] = O::cast_from(apply_epilogue::<O>(total, bias, c, epilogue));
         }
     }
 }
@@ -493,14 +534,16 @@ thread_local! {
     pub(crate) static SPLITS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// `lhs · rhs` through the blocked kernel as `blocking` says, into `operands.out`
-/// ([`routed::launch`](super::routed::launch) checks the operands and makes the output; a
-/// split product's partial sums are a new f32 tensor on `device`). f32, f16 and bf16 operands
-/// (the sums in f32); strided views are read in place.
+/// `act(lhs · rhs + bias)` through the blocked kernel as `blocking` says, into `operands.out`
+/// (the bias and GELU as `operands` asks; [`routed::launch_affine`](super::routed::launch_affine)
+/// checks the operands and makes the output; a split product's partial sums are a new f32
+/// tensor on `device`). f32, f16 and bf16 operands (the sums in f32); strided views are read
+/// in place.
 ///
 /// # Shapes
 /// - `lhs`: `[..., M, K]`
 /// - `rhs`: `[..., K, N]`
+/// - `bias`: `[N]`
 /// - output: `[..., M, N]` (the operands' batch dimensions)
 pub(crate) fn launch(
     blocking: Blocking,
@@ -514,11 +557,16 @@ pub(crate) fn launch(
         rhs,
         out,
         kind,
+        bias,
+        gelu,
     } = operands;
-    if lhs.meta.is_tiled() || rhs.meta.is_tiled() {
+    if lhs.meta.is_tiled()
+        || rhs.meta.is_tiled()
+        || bias.as_ref().is_some_and(|b| b.meta.is_tiled())
+    {
         return Err(LaunchError::Operands("a storage-tiled operand".into()));
     }
-    // rank 2 or more: `routed::launch` checked the operands and made the output
+    // rank 2 or more: `routed::launch_affine` checked the operands and made the output
     let shape = out.meta.shape();
     let rank = shape.len();
     let (b, m, n) = (
@@ -559,14 +607,26 @@ pub(crate) fn launch(
     log::trace!(
         "blocked product: batch {b} m {m} n {n} k {k} tile {tile:?} blocks {x}x{y}x{z} parts {parts} lhs k-major {lhs_k_major} rhs n-major {rhs_n_major}",
     );
-    let layout = |split| Layout {
+    let elem = ElemType::Float(kind);
+    let split = parts > 1;
+    let epilogue = Epilogue {
+        bias: bias.is_some(),
+        gelu,
+    };
+    let layout = Layout {
         tile,
         lhs_k_major,
         rhs_n_major,
         split,
+        // split, `sum_parts` applies it
+        epilogue: if split { Epilogue::default() } else { epilogue },
     };
-    let elem = ElemType::Float(kind);
-    let split = parts > 1;
+    // without a bias, a one-element stand-in that the kernels do not read
+    let bias = match bias {
+        Some(bias) => bias,
+        None => super::cube_kit::cube(&burn::tensor::Tensor::<1>::empty([1], (device, out.dtype)))
+            .ok_or_else(|| LaunchError::Operands("a stand-in off the cubecl device".into()))?,
+    };
     // split, the parts' sums go to an f32 tensor that `sum_parts` adds up into `out`
     let sums =
         if split {
@@ -587,10 +647,11 @@ pub(crate) fn launch(
         cube_dim,
         lhs.into_tensor_arg(),
         rhs.into_tensor_arg(),
+        bias.clone().into_tensor_arg(),
         target.into_tensor_arg(),
         parts,
         run,
-        layout(split),
+        layout,
         elem,
         target_elem,
     );
@@ -602,9 +663,11 @@ pub(crate) fn launch(
             cubes,
             CubeDim::new_1d(SUM_UNITS as u32),
             sums.into_tensor_arg(),
+            bias.into_tensor_arg(),
             out.into_tensor_arg(),
             parts,
             SUM_UNITS,
+            epilogue,
             elem,
         );
         #[cfg(test)]
@@ -622,6 +685,7 @@ mod tests {
     use burn::prelude::*;
     use burn::tensor::{DType, Distribution, TensorData};
 
+    use crate::cpu::gemm::Activation;
     use crate::ops::routed;
     use crate::routine::Launcher;
     use infembed_testkit::max_rel_diff;
@@ -646,9 +710,10 @@ mod tests {
     }
 
     /// The blocked kernel on wgpu (Mesa's software driver in CI) against a naive f64 product
-    /// on the host, for both tiles, shapes that are and are not multiples of the blocks,
-    /// several batches, plain and transposed operands (the backward products' layouts), and
-    /// f16 operands (within f16's rounding, and not f32's exact result).
+    /// on the host, for both tiles, whole and split, shapes that are and are not multiples of
+    /// the blocks, several batches, plain and transposed operands (the backward products'
+    /// layouts), f16 operands (within f16's rounding, and not f32's exact result), and the
+    /// epilogue (bias, bias and GELU).
     #[test]
     fn blocked_products_equal_a_naive_product() {
         let Some(gpu) = crate::test_wgpu("blocked_products_equal_a_naive_product") else {
@@ -722,6 +787,25 @@ mod tests {
                     (1e-6..1e-2).contains(&diff),
                     "{case} f16: differs by {diff}"
                 );
+                // the epilogue (in the product's launch, or split in `sum_parts`'): a bias,
+                // then GELU, against burn's addition and GELU of the naive product
+                let bias = Tensor::<1>::random([n], Distribution::Normal(0.0, 1.0), &gpu);
+                let naive_y = TensorData::new(expected.clone(), [bs, m, n]);
+                let biased = Tensor::<3>::from_data(naive_y, &gpu) + bias.clone().unsqueeze();
+                for (act, reference) in [
+                    (Activation::Identity, biased.clone()),
+                    (
+                        Activation::Gelu,
+                        burn::tensor::activation::gelu(biased.clone()),
+                    ),
+                ] {
+                    let before = SPLITS.get();
+                    let got = routed::launch_affine(&launcher, &a, &b, Some(&bias), act)
+                        .expect("an f32 product");
+                    assert_eq!(SPLITS.get() - before, usize::from(parts > 1), "{case}");
+                    let diff = max_rel_diff(&values(reference), &values(got));
+                    assert!(diff < 1e-5, "{case} {act:?}: differs by {diff}");
+                }
             }
         }
     }
@@ -776,7 +860,6 @@ mod tests {
     /// product fell back to burn's `matmul`.
     #[test]
     fn split_weight_gradients_equal_burns() {
-        use crate::cpu::gemm::Activation;
         use crate::routine::MatmulRoutine;
         use burn::nn::LinearConfig;
         let Some(gpu) = crate::test_wgpu("split_weight_gradients_equal_burns") else {
@@ -812,8 +895,16 @@ mod tests {
                 fallbacks,
                 "a product fell back to burn's"
             );
+            let bias = layer.bias.as_ref().expect("a bias").grad(&grads);
+            let bias = bias.expect("the bias's gradient").into_data();
+            let bias = bias.convert::<f32>().try_to_vec::<f32>().unwrap();
             (
-                [out, grad(x.grad(&grads)), grad(layer.weight.grad(&grads))],
+                [
+                    out,
+                    grad(x.grad(&grads)),
+                    grad(layer.weight.grad(&grads)),
+                    bias,
+                ],
                 split,
             )
         };
@@ -822,10 +913,15 @@ mod tests {
         // 1,500 rows: the weight gradient's four blocks sum them in five parts (the forward
         // product and the input gradient are 128 and 96 deep)
         assert_eq!(split, 1, "the weight gradient was not split");
-        for (what, a, b) in ["output", "input gradient", "weight gradient"]
-            .iter()
-            .zip(burn.iter().zip(&blocked))
-            .map(|(w, (a, b))| (w, a, b))
+        for (what, a, b) in [
+            "output",
+            "input gradient",
+            "weight gradient",
+            "bias gradient",
+        ]
+        .iter()
+        .zip(burn.iter().zip(&blocked))
+        .map(|(w, (a, b))| (w, a, b))
         {
             let diff = max_rel_diff(a, b);
             assert!(diff < 1e-5, "{what} differs by {diff}");

@@ -13,7 +13,9 @@
 //! [`try_add_bias`] adds a bias on an autodiff graph of cubecl tensors with burn's addition,
 //! and registers a backward step that passes the gradient through to the input and sums it
 //! over the rows for the bias with [`column_sums`], where burn's broadcast backward would run
-//! its one-unit-per-column reduction.
+//! its one-unit-per-column reduction. (A routed linear layer through the blocked kernel adds
+//! its bias in the product's launch and sums the bias's gradient with [`gradient_sums`] in
+//! its own backward step; this addition serves the other routines.)
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -149,7 +151,7 @@ pub(crate) fn column_sums(x: &Tensor<2>, dtype: DType) -> Option<Tensor<1>> {
 
 /// `Σ_r g[r, c]` of a gradient `[..., d]` of a plain cubecl tensor, as `[d]` of its type:
 /// [`column_sums`], or burn's sum where that does not run.
-fn gradient_sums<const D: usize>(g: Tensor<D>) -> Tensor<1> {
+pub(super) fn gradient_sums<const D: usize>(g: Tensor<D>) -> Tensor<1> {
     let d = g.dims()[D - 1];
     let rows = g.dims()[..D - 1].iter().product();
     let g2 = g.reshape([rows, d]);

@@ -1,14 +1,16 @@
-//! Linear layers whose products run a chosen cubek routine ([`MatmulRoutine`]) on the cubecl
-//! devices (`wgpu`, `vulkan`, `cuda`; not a `fusion` build, whose tensors are fusion handles).
+//! Linear layers whose products run a chosen routine ([`MatmulRoutine`]: this project's
+//! blocked kernel or one of cubek's) on the cubecl devices (`wgpu`, `vulkan`, `cuda`; not a
+//! `fusion` build, whose tensors are fusion handles).
 //!
-//! [`try_linear`] computes `act(x W + b)` with the product `x W` launched through cubek's
-//! routine instead of burn's `matmul`; on an autodiff device it registers its own backward
-//! step, whose two products (`dx = g Wᵀ`, `dW = xᵀ g`, the transposes read as strided views)
-//! run the same routine. Without an activation the bias is added by burn's op (on an autodiff
-//! graph with a backward step of [`super::cube_sum`], one column-sum kernel for its gradient);
-//! with GELU, the bias and the activation are one kernel of [`super::cube_gelu`]. A product
-//! that cubek declines for the routine (a tensor-core routine without tensor cores for the
-//! operands' type, a layout it does not take), or fails to set up, is computed by burn's
+//! [`try_linear`] computes `act(x W + b)` with the product `x W` launched through the routine
+//! instead of burn's `matmul`; on an autodiff device it registers its own backward step, whose
+//! two products (`dx = g Wᵀ`, `dW = xᵀ g`, the transposes read as strided views) run the same
+//! routine. The blocked kernel adds the bias (and, at inference, GELU) in the product's own
+//! launch; in training a layer without activation is one node whose backward step adds the
+//! bias's column sums ([`super::cube_sum`]), and the feed-forward layer's bias and GELU are
+//! one kernel after the product ([`super::cube_gelu`]), as they are after cubek's routines. A
+//! product that cubek declines for the routine (a tensor-core routine without tensor cores for
+//! the operands' type, a layout it does not take), or fails to set up, is computed by burn's
 //! `matmul` instead, and said once in the log: every routine gives burn's results to float
 //! rounding.
 
@@ -16,10 +18,11 @@ use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, PoisonError};
 
+use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::backend::{Autodiff, Cube};
 use burn::nn::Linear;
 use burn::prelude::*;
@@ -29,6 +32,7 @@ use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
 
+use super::cube_kit::finish;
 use crate::cpu::gemm::Activation;
 use crate::device::panic_message;
 use crate::routine::{Launcher, MatmulRoutine};
@@ -67,13 +71,18 @@ fn elems(kind: FloatKind) -> MatmulElems {
     })
 }
 
-/// A launch's operands and its new output, as cubecl tensors of one float type.
+/// A launch's operands and its new output, as cubecl tensors of one float type, with what
+/// the blocked kernel adds to the output in its launch.
 pub(crate) struct Operands {
     pub(crate) lhs: CubeTensor,
     pub(crate) rhs: CubeTensor,
     pub(crate) out: CubeTensor,
-    /// The float type of all three.
+    /// The float type of all three (and of the bias).
     pub(crate) kind: FloatKind,
+    /// A bias `[N]` added to each output row (the blocked kernel only).
+    pub(crate) bias: Option<CubeTensor>,
+    /// GELU after the bias (the blocked kernel only).
+    pub(crate) gelu: bool,
 }
 
 /// Launches `lhs · rhs` through `launcher` into a new tensor of `lhs`'s type, on `lhs`'s
@@ -89,7 +98,34 @@ pub(crate) fn launch<const D: usize>(
     lhs: &Tensor<D>,
     rhs: &Tensor<D>,
 ) -> Result<Tensor<D>, LaunchError> {
+    launch_affine(launcher, lhs, rhs, None, Activation::Identity)
+}
+
+/// [`launch`], then `act(y + bias)`: in the product's own launch through the blocked kernel,
+/// after it through this project's bias + GELU kernel or burn's addition through cubek's.
+///
+/// # Shapes
+/// - `lhs`: `[..., M, K]`
+/// - `rhs`: `[..., K, N]`
+/// - `bias`: `[N]`
+/// - output: `[..., M, N]`
+pub(crate) fn launch_affine<const D: usize>(
+    launcher: &Launcher,
+    lhs: &Tensor<D>,
+    rhs: &Tensor<D>,
+    bias: Option<&Tensor<1>>,
+    act: Activation,
+) -> Result<Tensor<D>, LaunchError> {
     let (ld, rd) = (lhs.dims(), rhs.dims());
+    if let Some(b) = bias
+        && (b.dims() != [rd[D - 1]] || b.dtype() != lhs.dtype())
+    {
+        return Err(LaunchError::Operands(format!(
+            "a bias {:?} ({:?}) for {rd:?}",
+            b.dims(),
+            b.dtype()
+        )));
+    }
     if D < 2 || ld[..D - 2] != rd[..D - 2] || rd[D - 2] != ld[D - 1] || rhs.dtype() != lhs.dtype() {
         return Err(LaunchError::Operands(format!(
             "{ld:?} ({:?}) times {rd:?} ({:?})",
@@ -111,17 +147,47 @@ pub(crate) fn launch<const D: usize>(
     let mut out_dims = ld;
     out_dims[D - 1] = rd[D - 1];
     let out = Tensor::<D>::empty(out_dims, (&lhs.device(), lhs.dtype()));
-    let operands = Operands {
+    let mut operands = Operands {
         lhs: cube(lhs)?,
         rhs: cube(rhs)?,
         out: cube(&out)?,
         kind,
+        bias: None,
+        gelu: false,
     };
     match launcher {
-        Launcher::Cubek(strategy) => launch_cubek(strategy, operands)?,
-        Launcher::Blocked(blocking) => super::blocked::launch(*blocking, operands, &lhs.device())?,
+        Launcher::Cubek(strategy) => {
+            launch_cubek(strategy, operands)?;
+            Ok(after_product(out, bias.cloned(), act))
+        }
+        Launcher::Blocked(blocking) => {
+            if let Some(b) = bias {
+                let b = b.clone().try_into_primitive::<Cube>().map_err(|e| {
+                    LaunchError::Operands(format!("a bias not on the cubecl device: {e:?}"))
+                })?;
+                operands.bias = Some(b);
+            }
+            operands.gelu = act == Activation::Gelu;
+            super::blocked::launch(*blocking, operands, &lhs.device())?;
+            Ok(out)
+        }
     }
-    Ok(out)
+}
+
+/// `act(y + bias)` of a plain product `y` computed without them: this project's bias + GELU
+/// kernel, or burn's addition.
+fn after_product<const D: usize>(
+    y: Tensor<D>,
+    bias: Option<Tensor<1>>,
+    act: Activation,
+) -> Tensor<D> {
+    match act {
+        Activation::Gelu => match super::cube_gelu::try_bias_gelu(y, bias) {
+            Ok(out) => out,
+            Err((y, bias)) => super::gelu(add_bias(y, bias)),
+        },
+        Activation::Identity => add_bias(y, bias),
+    }
 }
 
 /// [`launch`] through one of cubek's routines.
@@ -177,14 +243,36 @@ fn product<const D: usize>(
     lhs: Tensor<D>,
     rhs: Tensor<D>,
 ) -> Tensor<D> {
-    let reason = match catch_unwind(AssertUnwindSafe(|| launch(launcher, &lhs, &rhs))) {
+    affine(routine, launcher, lhs, rhs, None, Activation::Identity)
+}
+
+/// `act(lhs · rhs + bias)` of plain tensors through `routine` ([`launch_affine`]), or through
+/// burn's `matmul` and the bias and activation after it where the routine does not run it.
+///
+/// # Shapes
+/// - `lhs`: `[..., M, K]`
+/// - `rhs`: `[..., K, N]`
+/// - `bias`: `[N]`
+/// - output: `[..., M, N]`
+fn affine<const D: usize>(
+    routine: MatmulRoutine,
+    launcher: &Launcher,
+    lhs: Tensor<D>,
+    rhs: Tensor<D>,
+    bias: Option<Tensor<1>>,
+    act: Activation,
+) -> Tensor<D> {
+    let launched = catch_unwind(AssertUnwindSafe(|| {
+        launch_affine(launcher, &lhs, &rhs, bias.as_ref(), act)
+    }));
+    let reason = match launched {
         Ok(Ok(out)) => return out,
         Ok(Err(LaunchError::Setup(e))) => format!("{e}"),
         Ok(Err(LaunchError::Operands(e))) => e,
         Err(p) => panic_message(&p),
     };
     note_fallback(routine, &reason);
-    lhs.matmul(rhs)
+    after_product(lhs.matmul(rhs), bias, act)
 }
 
 /// A plain cubecl primitive as a tensor.
@@ -239,12 +327,16 @@ pub(crate) fn try_matmul<const D: usize>(
     y.ok_or((lhs, rhs))
 }
 
-/// `act(x W + b)`'s product `x W` (and, on an autodiff device, its two backward products)
-/// through `routine`, when `routine` is one of cubek's and `x` and the layer's weight are
-/// float tensors of one type on a cubecl device; anything else is handed back as `Err(x)`.
-/// Without an activation the bias is added by burn's op (on an autodiff graph its gradient is
-/// [`super::cube_sum`]'s column sums); with GELU, bias and activation are one kernel
-/// ([`super::cube_gelu`]).
+/// `act(x W + b)` with the product `x W` (and, on an autodiff device, its two backward
+/// products) through `routine`, when `x`, the layer's weight and bias are float tensors of one
+/// type on a cubecl device; anything else is handed back as `Err(x)`.
+///
+/// Through the blocked kernel, plain tensors (inference) get the bias and GELU in the
+/// product's own launch. On an autodiff graph, the bias of a layer without activation is
+/// added in the product's launch too, and the product, its two backward products and the
+/// bias's gradient (column sums of [`super::cube_sum`]) are one node; with GELU, bias and
+/// activation are one kernel after the product ([`super::cube_gelu`]), forward and backward.
+/// cubek's routines leave the bias to burn's addition and GELU to that kernel.
 ///
 /// # Shapes
 /// - `x`: `[..., d_input]`
@@ -260,29 +352,41 @@ pub(crate) fn try_linear<const D: usize>(
     if !routes(routine, &x) {
         return Err(x);
     }
+    let Some(launcher) = routine.launcher() else {
+        return Err(x);
+    };
     let w = layer.weight.val();
     let [d_in, d_out] = w.dims();
     let dims = x.dims();
-    if dims[D - 1] != d_in {
-        return Err(x); // burn's op names the mismatch
+    let bias = layer.bias.as_ref().map(|b| b.val());
+    let device = x.device();
+    let unlike =
+        |t: &Tensor<1>| t.dims() != [d_out] || t.dtype() != x.dtype() || t.device() != device;
+    if dims[D - 1] != d_in
+        || w.dtype() != x.dtype()
+        || w.device() != device
+        || bias.as_ref().is_some_and(unlike)
+    {
+        return Err(x); // burn's op names the mismatch, or computes another float type
     }
     let rows = dims[..D - 1].iter().product();
     let x3 = x.clone().reshape([1, rows, d_in]);
-    let Ok(y) = try_matmul(x3, w.unsqueeze::<3>(), routine) else {
-        return Err(x); // another float type than the weight's: burn's op computes it
+    let w3 = w.unsqueeze::<3>();
+    let y = if !x.device().is_autodiff() {
+        affine(routine, &launcher, x3, w3, bias, act)
+    } else {
+        let y = match (act, bias) {
+            (Activation::Identity, Some(b)) => tracked_affine(routine, &launcher, x3, w3, b),
+            (act, bias) => tracked(routine, &launcher, x3, w3).map(|y| after_product(y, bias, act)),
+        };
+        let Some(y) = y else {
+            return Err(x);
+        };
+        y
     };
     let mut out = dims;
     out[D - 1] = d_out;
-    let y = y.reshape(out);
-    let bias = layer.bias.as_ref().map(|b| b.val());
-    Ok(match act {
-        // the bias and GELU as one kernel, forward and backward
-        Activation::Gelu => match super::cube_gelu::try_bias_gelu(y, bias) {
-            Ok(out) => out,
-            Err((y, bias)) => super::gelu(add_bias(y, bias)),
-        },
-        Activation::Identity => add_bias(y, bias),
-    })
+    Ok(y.reshape(out))
 }
 
 /// `y + b` (`y` without a bias): burn's addition, on an autodiff graph with the bias's
@@ -320,23 +424,92 @@ fn tracked<const D: usize>(
             plain(r.clone()),
         ))
     };
-    let out = match RoutedMatmul::<D>(routine)
-        .prepare::<NoCheckpointing>([xp.node(), wp.node()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => {
-            let y = forward(&lhs, &rhs);
-            prep.finish((lhs, rhs), y)
-        }
-        OpsKind::UnTracked(prep) => prep.finish(forward(&lhs, &rhs)),
-    };
+    let y = forward(&lhs, &rhs);
+    let step = RoutedMatmul::<D>(routine).prepare::<NoCheckpointing>([xp.node(), wp.node()]);
+    let out = finish(step.compute_bound().stateful(), (lhs, rhs), y);
     Some(Tensor::from_primitive::<Autodiff<Cube>>(out))
 }
 
-/// The backward step of a routed product `y = a b` of rank `D`: `da = g bᵀ`, `db = aᵀ g`
-/// (transposes of the last two dimensions), each through the same routine (the state holds
-/// `a` and `b`).
+#[cfg(test)]
+thread_local! {
+    /// How many routed products with their bias this thread put on an autodiff graph as one
+    /// node (for the tests).
+    pub(crate) static AFFINE_NODES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// `a b + bias` on an autodiff graph of cubecl tensors, the bias added in the product's launch
+/// where the routine is the blocked kernel, with [`RoutedAffine`]'s backward step; `None` when
+/// the operands are not on one.
+///
+/// # Shapes
+/// - `a`: `[..., M, K]`
+/// - `b`: `[..., K, N]`
+/// - `bias`: `[N]`
+/// - output: `[..., M, N]`
+fn tracked_affine<const D: usize>(
+    routine: MatmulRoutine,
+    launcher: &Launcher,
+    a: Tensor<D>,
+    b: Tensor<D>,
+    bias: Tensor<1>,
+) -> Option<Tensor<D>> {
+    let (Ok(ap), Ok(bp), Ok(cp)) = (
+        a.try_into_primitive::<Autodiff<Cube>>(),
+        b.try_into_primitive::<Autodiff<Cube>>(),
+        bias.try_into_primitive::<Autodiff<Cube>>(),
+    ) else {
+        return None;
+    };
+    let (lhs, rhs, c) = (
+        ap.primitive().clone(),
+        bp.primitive().clone(),
+        cp.primitive().clone(),
+    );
+    let forward = |l: &CubeTensor, r: &CubeTensor| {
+        let (l, r, c) = (plain(l.clone()), plain(r.clone()), plain(c.clone()));
+        primitive(affine::<D>(
+            routine,
+            launcher,
+            l,
+            r,
+            Some(c),
+            Activation::Identity,
+        ))
+    };
+    let y = forward(&lhs, &rhs);
+    let nodes = [ap.node(), bp.node(), cp.node()];
+    let step = RoutedAffine::<D>(routine).prepare::<NoCheckpointing>(nodes);
+    let out = finish(step.compute_bound().stateful(), (lhs, rhs), y);
+    #[cfg(test)]
+    AFFINE_NODES.set(AFFINE_NODES.get() + 1);
+    Some(Tensor::from_primitive::<Autodiff<Cube>>(out))
+}
+
+/// The gradients of `a` and `b` in a routed product `y = a b` of rank `D` for the gradient `g`
+/// of `y`: `da = g bᵀ`, `db = aᵀ g` (transposes of the last two dimensions), each through
+/// `routine`, registered for the parents that track them.
+fn product_grads<const D: usize>(
+    routine: MatmulRoutine,
+    [pa, pb]: [Option<NodeId>; 2],
+    (a, b): (CubeTensor, CubeTensor),
+    g: Tensor<D>,
+    grads: &mut Gradients,
+) {
+    let launcher = routine.launcher().expect("a routed product has a launcher");
+    if let Some(id) = pa {
+        let bt = plain::<D>(b).swap_dims(D - 2, D - 1);
+        let da = product(routine, &launcher, g.clone(), bt);
+        grads.register::<Cube>(id, primitive(da));
+    }
+    if let Some(id) = pb {
+        let at = plain::<D>(a).swap_dims(D - 2, D - 1);
+        let db = product(routine, &launcher, at, g);
+        grads.register::<Cube>(id, primitive(db));
+    }
+}
+
+/// The backward step of a routed product `y = a b` ([`product_grads`]; the state holds `a`
+/// and `b`).
 #[derive(Debug)]
 struct RoutedMatmul<const D: usize>(MatmulRoutine);
 
@@ -344,21 +517,29 @@ impl<const D: usize> Backward<Cube, 2> for RoutedMatmul<D> {
     type State = (CubeTensor, CubeTensor);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let routine = self.0;
-        let launcher = routine.launcher().expect("a routed product has a launcher");
         let g = plain::<D>(grads.consume::<Cube>(&ops.node));
-        let [pa, pb] = ops.parents;
-        let (a, b) = ops.state;
-        if let Some(node) = pa {
-            let bt = plain::<D>(b).swap_dims(D - 2, D - 1);
-            let da = product(routine, &launcher, g.clone(), bt);
-            grads.register::<Cube>(node.id, primitive(da));
+        let ids = ops.parents.map(|p| p.map(|node| node.id));
+        product_grads(self.0, ids, ops.state, g, grads);
+    }
+}
+
+/// The backward step of a routed `y = a b + bias` ([`tracked_affine`]): the product's
+/// gradients as [`RoutedMatmul`]'s, the bias's the gradient's column sums.
+#[derive(Debug)]
+struct RoutedAffine<const D: usize>(MatmulRoutine);
+
+impl<const D: usize> Backward<Cube, 3> for RoutedAffine<D> {
+    type State = (CubeTensor, CubeTensor);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let g = plain::<D>(grads.consume::<Cube>(&ops.node));
+        let [pa, pb, pc] = ops.parents;
+        if let Some(node) = pc {
+            let dc = super::cube_sum::gradient_sums(g.clone());
+            grads.register::<Cube>(node.id, primitive(dc));
         }
-        if let Some(node) = pb {
-            let at = plain::<D>(a).swap_dims(D - 2, D - 1);
-            let db = product(routine, &launcher, at, g);
-            grads.register::<Cube>(node.id, primitive(db));
-        }
+        let ids = [pa, pb].map(|p| p.map(|node| node.id));
+        product_grads(self.0, ids, ops.state, g, grads);
     }
 }
 
@@ -387,13 +568,16 @@ mod tests {
         layer
     }
 
-    /// On wgpu (Mesa's software driver in CI), cubek's double-buffered SIMT routine runs the
-    /// products (none falls back to burn's; burn's own choice is the simple one) and gives
-    /// burn's `Linear::forward` at inference and, in training, the gradients of the input, the
-    /// weight and the bias (of `sum(y * r)` for a fixed random `r`) that burn's ops give,
-    /// without an activation and with GELU (the bias and GELU one kernel, against burn's
-    /// addition and this project's GELU); a tensor-core routine does too, through burn's
-    /// matmul where the driver has no tensor cores. The CPU and `burn` are not routed.
+    /// On wgpu (Mesa's software driver in CI), cubek's double-buffered SIMT routine and this
+    /// project's blocked kernel run the products (none falls back to burn's; burn's own choice
+    /// is the simple one) and give burn's `Linear::forward` at inference and, in training, the
+    /// gradients of the input, the weight and the bias (of `sum(y * r)` for a fixed random
+    /// `r`) that burn's ops give, without an activation and with GELU (through the blocked
+    /// kernel the bias and GELU in the product's launch at inference, and in training the
+    /// layer without activation one node with the bias's gradient; after cubek's routine the
+    /// bias and GELU one kernel), against burn's addition and this project's GELU; a
+    /// tensor-core routine does too, through burn's matmul where the driver has no tensor
+    /// cores. The CPU and `burn` are not routed.
     #[test]
     fn routed_linear_equals_burns_linear_forward_and_backward() {
         let Some(gpu) = crate::test_wgpu("routed_linear_equals_burns_linear_forward_and_backward")
@@ -413,10 +597,16 @@ mod tests {
         let grads_of = |routine: MatmulRoutine, act: Activation| {
             let layer = on_device(&cpu_layer, &ad);
             let x = Tensor::<3>::from_data(x.clone().into_data(), &ad).require_grad();
+            let nodes = AFFINE_NODES.get();
             let y = if routine.is_burn() {
                 act_of(act, layer.forward(x.clone()))
             } else {
-                try_linear(&layer, x.clone(), routine, act).expect("a wgpu f32 tensor is routed")
+                let y = try_linear(&layer, x.clone(), routine, act)
+                    .expect("a wgpu f32 tensor is routed");
+                // without an activation, the product and its bias are one node
+                let one_node = usize::from(act == Activation::Identity);
+                assert_eq!(AFFINE_NODES.get() - nodes, one_node, "{routine} {act:?}");
+                y
             };
             let r = Tensor::<3>::from_data(r.clone().into_data(), &ad);
             let grads = (y * r).sum().backward();
