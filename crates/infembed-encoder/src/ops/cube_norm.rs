@@ -12,6 +12,11 @@
 //! `(x - mean) / sqrt(var + eps) γ + β`. On an autodiff graph its backward step
 //! ([`NormBackward`]) is one launch of the same shape for `x`'s gradient (and `g x̂`), and
 //! the column sums of [`super::cube_sum`] for γ's and β's. Other backends keep burn's ops.
+//!
+//! [`try_add_layer_norm`] computes `LayerNorm(x + r)` (BERT's residual connections) the same
+//! way, reading `x + r` in each pass instead of a sum written out first; on an autodiff graph
+//! the launch also writes the sum, which the backward step normalizes again, and the input's
+//! gradient goes to `x` and `r` alike.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -35,21 +40,62 @@ mod kernel {
 
     use crate::ops::cube_kit::kernel::cube_fold;
 
-    /// The mean of row `base` of `x` (`d` values `step` apart), every unit getting it.
+    /// Where a row's values sit: element `i` of the row at `base + i * step`.
+    #[derive(CubeType)]
+    pub(super) struct Row {
+        base: usize,
+        step: usize,
+    }
+
+    /// Row `row` of a `[rows, d]` tensor, by its strides.
+    #[cube]
+    fn row_of<F: Float>(t: &Tensor<F>, row: usize) -> Row {
+        Row {
+            base: row * t.stride(0),
+            step: t.stride(1),
+        }
+    }
+
+    /// Element `i` of a row of `x`, plus the same element of `r`'s row with `residual` (the sum
+    /// rounded to their type).
+    #[cube]
+    fn value<F: Float>(
+        x: &Tensor<F>,
+        at: &Row,
+        r: &Tensor<F>,
+        r_at: &Row,
+        i: usize,
+        #[comptime] residual: bool,
+    ) -> f32 {
+        let mut v = f32::cast_from(x[at.base + i * at.step]);
+        if residual {
+            // rounded to the tensors' type, as burn's addition would store it
+            v = f32::cast_from(F::cast_from(
+                v + f32::cast_from(r[r_at.base + i * r_at.step]),
+            ));
+        }
+        v
+    }
+
+    /// The mean of a row of `x` (`d` values; `+ r`'s row with `residual`), every unit getting
+    /// it.
+    #[allow(clippy::too_many_arguments)]
     #[cube]
     fn row_mean<F: Float>(
         x: &Tensor<F>,
-        base: usize,
-        step: usize,
+        at: &Row,
+        r: &Tensor<F>,
+        r_at: &Row,
         partial: &mut Shared<[f32]>,
         unit: usize,
         #[comptime] units: usize,
+        #[comptime] residual: bool,
     ) -> f32 {
         let d = x.shape(1);
         let mut sum = 0.0f32;
         let mut i = unit;
         while i < d {
-            sum += f32::cast_from(x[base + i * step]);
+            sum += value(x, at, r, r_at, i, residual);
             i += units;
         }
         cube_fold(partial, sum, unit, units, false) / f32::cast_from(d)
@@ -61,19 +107,21 @@ mod kernel {
     #[cube]
     fn row_rstd<F: Float>(
         x: &Tensor<F>,
-        base: usize,
-        step: usize,
+        at: &Row,
+        r: &Tensor<F>,
+        r_at: &Row,
         mean: f32,
         epsilon: f32,
         partial: &mut Shared<[f32]>,
         unit: usize,
         #[comptime] units: usize,
+        #[comptime] residual: bool,
     ) -> f32 {
         let d = x.shape(1);
         let mut squares = 0.0f32;
         let mut i = unit;
         while i < d {
-            let centered = f32::cast_from(x[base + i * step]) - mean;
+            let centered = value(x, at, r, r_at, i, residual) - mean;
             squares += centered * centered;
             i += units;
         }
@@ -81,19 +129,26 @@ mod kernel {
         1.0f32 / f32::sqrt(variance + epsilon)
     }
 
-    /// One row of `out = LayerNorm(x)` per cube (module docs): `x` and `out` `[rows, d]` with
-    /// any strides, `gamma` and `beta` `[d]`, at least one row.
+    /// One row of `out = LayerNorm(x)` per cube (module docs), or with `residual` of
+    /// `LayerNorm(x + r)`, the sum `x + r` also written to `sum` with `keep_sum` (for the
+    /// backward step): `x`, `r`, `out` and `sum` `[rows, d]` with any strides (`r` read only
+    /// with `residual`, `sum` written only with `keep_sum`), `gamma` and `beta` `[d]`, at
+    /// least one row.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
     pub(super) fn layer_norm_rows<F: Float>(
         x: &Tensor<F>,
+        r: &Tensor<F>,
         gamma: &Tensor<F>,
         beta: &Tensor<F>,
         out: &mut Tensor<F>,
+        sum: &mut Tensor<F>,
         rows: usize,
         epsilon: f32,
         #[comptime] units: usize,
         #[comptime] shift: bool,
+        #[comptime] residual: bool,
+        #[comptime] keep_sum: bool,
         #[define(F)] _dtype: ElemType,
     ) {
         // a cube past the last row (the second axis's last cubes) computes the last row
@@ -101,20 +156,35 @@ mod kernel {
         let cube = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize;
         let row = select(cube < rows, cube, rows - 1);
         let d = x.shape(1);
-        let (x_base, out_base) = (row * x.stride(0), row * out.stride(0));
-        let (x_step, out_step) = (x.stride(1), out.stride(1));
+        let (at, r_at) = (row_of(x, row), row_of(r, row));
+        let (out_base, out_step) = (row * out.stride(0), out.stride(1));
+        let (sum_base, sum_step) = (row * sum.stride(0), sum.stride(1));
         let (gamma_step, beta_step) = (gamma.stride(0), beta.stride(0));
         let unit = UNIT_POS as usize;
         let mut partial = Shared::<[f32]>::new_slice(units);
 
-        let mean = row_mean(x, x_base, x_step, &mut partial, unit, units);
-        let rstd = row_rstd(x, x_base, x_step, mean, epsilon, &mut partial, unit, units);
+        let mean = row_mean(x, &at, r, &r_at, &mut partial, unit, units, residual);
+        let rstd = row_rstd(
+            x,
+            &at,
+            r,
+            &r_at,
+            mean,
+            epsilon,
+            &mut partial,
+            unit,
+            units,
+            residual,
+        );
 
         if cube < rows {
             let mut i = unit;
             while i < d {
-                let centered = f32::cast_from(x[x_base + i * x_step]) - mean;
-                let mut y = centered * rstd * f32::cast_from(gamma[i * gamma_step]);
+                let v = value(x, &at, r, &r_at, i, residual);
+                if keep_sum {
+                    sum[sum_base + i * sum_step] = F::cast_from(v);
+                }
+                let mut y = (v - mean) * rstd * f32::cast_from(gamma[i * gamma_step]);
                 if shift {
                     y += f32::cast_from(beta[i * beta_step]);
                 }
@@ -153,8 +223,21 @@ mod kernel {
         let mut partial = Shared::<[f32]>::new_slice(units);
         let width = f32::cast_from(d);
 
-        let mean = row_mean(x, x_base, x_step, &mut partial, unit, units);
-        let rstd = row_rstd(x, x_base, x_step, mean, epsilon, &mut partial, unit, units);
+        // no residual here: `x` is the sum the forward step kept
+        let at = row_of(x, row);
+        let mean = row_mean(x, &at, x, &at, &mut partial, unit, units, false);
+        let rstd = row_rstd(
+            x,
+            &at,
+            x,
+            &at,
+            mean,
+            epsilon,
+            &mut partial,
+            unit,
+            units,
+            false,
+        );
 
         let mut sum_g = 0.0f32;
         let mut sum_gx = 0.0f32;
@@ -197,6 +280,41 @@ pub(crate) fn try_layer_norm<const D: usize>(
     eps: f64,
     x: Tensor<D>,
 ) -> Result<Tensor<D>, Tensor<D>> {
+    norm(module, eps, x, None).map_err(|(x, _)| x)
+}
+
+/// `module.forward(x + residual)` as [`try_layer_norm`], the addition in the same launch (in
+/// training the sum kept for the backward step, whose gradient goes to both); anything else
+/// is handed back as `Err((x, residual))`.
+///
+/// # Shapes
+/// - `x`, `residual`: `[..., d]`, `d` the module's width
+/// - output: like `x`
+#[allow(clippy::result_large_err)]
+pub(crate) fn try_add_layer_norm<const D: usize>(
+    module: &LayerNorm,
+    eps: f64,
+    x: Tensor<D>,
+    residual: Tensor<D>,
+) -> Result<Tensor<D>, (Tensor<D>, Tensor<D>)> {
+    if residual.dims() != x.dims()
+        || residual.dtype() != x.dtype()
+        || residual.device() != x.device()
+    {
+        return Err((x, residual)); // burn's addition names the mismatch
+    }
+    norm(module, eps, x, Some(residual)).map_err(|(x, r)| (x, r.expect("given")))
+}
+
+/// [`try_layer_norm`] and [`try_add_layer_norm`] (`residual` the same shape, type and device
+/// as `x`).
+#[allow(clippy::result_large_err, clippy::type_complexity)]
+fn norm<const D: usize>(
+    module: &LayerNorm,
+    eps: f64,
+    x: Tensor<D>,
+    residual: Option<Tensor<D>>,
+) -> Result<Tensor<D>, (Tensor<D>, Option<Tensor<D>>)> {
     let gamma = module.gamma.val();
     let beta = module.beta.as_ref().map(|b| b.val());
     let dims = x.dims();
@@ -205,56 +323,83 @@ pub(crate) fn try_layer_norm<const D: usize>(
     let device = x.device();
     let unlike = |p: &Tensor<1>| p.dims() != [d] || p.dtype() != x.dtype() || p.device() != device;
     if float_kind(x.dtype()).is_none() || unlike(&gamma) || beta.as_ref().is_some_and(unlike) {
-        return Err(x); // burn's ops compute it, or name the mismatch
+        return Err((x, residual)); // burn's ops compute it, or name the mismatch
     }
     if device.is_autodiff() {
-        return tracked(x, gamma, beta, eps);
+        return tracked(x, residual, gamma, beta, eps);
+    }
+    if cube(&x).is_none() {
+        return Err((x, residual)); // the CPU's, before any reshape copies it
     }
     // the rows as `[rows, d]` (free for the contiguous tensors LayerNorm gets; burn copies
     // others)
-    match forward_rows(&x.clone().reshape([rows, d]), &gamma, beta.as_ref(), eps) {
-        Some(y) => Ok(y.reshape(dims)),
-        None => Err(x),
+    let x2 = x.clone().reshape([rows, d]);
+    let r2 = residual.as_ref().map(|r| r.clone().reshape([rows, d]));
+    match forward_rows(&x2, r2.as_ref(), &gamma, beta.as_ref(), eps, false) {
+        Some((y, _)) => Ok(y.reshape(dims)),
+        None => Err((x, residual)),
     }
 }
 
-/// `LayerNorm(x)` of plain cubecl tensors as one launch of `kernel::layer_norm_rows`
+/// `LayerNorm(x)`, or `LayerNorm(x + residual)`, of plain cubecl tensors as one launch of
+/// `kernel::layer_norm_rows`, and with `keep_sum` the sum `x + residual` it normalized
 /// (`None` when one of them is not a cubecl tensor, or is stored tiled).
 ///
 /// # Shapes
-/// - `x`: `[rows, d]`
+/// - `x`, `residual`: `[rows, d]`
 /// - `gamma`, `beta`: `[d]`
-/// - output: `[rows, d]`
+/// - outputs: `[rows, d]` each
 fn forward_rows(
     x: &Tensor<2>,
+    residual: Option<&Tensor<2>>,
     gamma: &Tensor<1>,
     beta: Option<&Tensor<1>>,
     eps: f64,
-) -> Option<Tensor<2>> {
-    // without a shift, gamma stands in for beta (the kernel does not read it)
-    let (xp, gp, bp) = (cube(x)?, cube(gamma)?, cube(beta.unwrap_or(gamma))?);
+    keep_sum: bool,
+) -> Option<(Tensor<2>, Option<Tensor<2>>)> {
+    let xp = cube(x)?;
     let [rows, d] = x.dims();
+    let (device, dtype) = (x.device(), x.dtype());
+    let keep_sum = keep_sum && residual.is_some();
     if rows == 0 || d == 0 {
-        return Some(x.clone());
+        return Some((x.clone(), None)); // nothing to normalize ([`tracked`] declines these)
     }
-    let out = Tensor::<2>::empty([rows, d], (&x.device(), x.dtype()));
-    let op = cube(&out)?;
+    // one-element stand-ins for what the kernel does not read or write
+    let stand_in = || Tensor::<2>::empty([1, 1], (&device, dtype));
+    let (r, sum) = (
+        residual.cloned().unwrap_or_else(stand_in),
+        if keep_sum {
+            Tensor::<2>::empty([rows, d], (&device, dtype))
+        } else {
+            stand_in()
+        },
+    );
+    let b = beta
+        .cloned()
+        .unwrap_or_else(|| Tensor::<1>::empty([1], (&device, dtype)));
+    let (rp, gp, bp) = (cube(&r)?, cube(gamma)?, cube(&b)?);
+    let out = Tensor::<2>::empty([rows, d], (&device, dtype));
+    let (op, sp) = (cube(&out)?, cube(&sum)?);
     let client = op.client.clone();
     kernel::layer_norm_rows::launch(
         &client,
         cube_count(rows)?,
         CubeDim::new_1d(UNITS as u32),
         xp.into_tensor_arg(),
+        rp.into_tensor_arg(),
         gp.into_tensor_arg(),
         bp.into_tensor_arg(),
         op.into_tensor_arg(),
+        sp.into_tensor_arg(),
         rows,
         eps as f32,
         UNITS,
         beta.is_some(),
-        ElemType::Float(float_kind(x.dtype())?),
+        residual.is_some(),
+        keep_sum,
+        ElemType::Float(float_kind(dtype)?),
     );
-    Some(out)
+    Some((out, keep_sum.then_some(sum)))
 }
 
 /// The backward step of `LayerNorm(x)` for a gradient `g` of plain cubecl tensors as one
@@ -311,15 +456,16 @@ fn backward_ops(
     (dx, g.clone() * xhat)
 }
 
-/// [`try_layer_norm`] on an autodiff graph of cubecl tensors: the forward launch, and
-/// [`NormBackward`] as its backward step.
-#[allow(clippy::result_large_err)]
+/// [`norm`] on an autodiff graph of cubecl tensors: the forward launch, and [`NormBackward`]
+/// as its backward step.
+#[allow(clippy::result_large_err, clippy::type_complexity)]
 fn tracked<const D: usize>(
     x: Tensor<D>,
+    residual: Option<Tensor<D>>,
     gamma: Tensor<1>,
     beta: Option<Tensor<1>>,
     eps: f64,
-) -> Result<Tensor<D>, Tensor<D>> {
+) -> Result<Tensor<D>, (Tensor<D>, Option<Tensor<D>>)> {
     let dims = x.dims();
     let d = dims[D - 1];
     let rows: usize = dims[..D - 1].iter().product();
@@ -328,53 +474,87 @@ fn tracked<const D: usize>(
         x.clone().try_into_primitive::<Autodiff<Cube>>(),
         on_graph(&gamma),
     ) else {
-        return Err(x);
+        return Err((x, residual));
     };
     let bp = match beta.as_ref().map(on_graph) {
-        Some(None) => return Err(x),
+        Some(None) => return Err((x, residual)),
         bp => bp.flatten(),
     };
+    let rp = match residual
+        .as_ref()
+        .map(|r| r.clone().try_into_primitive::<Autodiff<Cube>>())
+    {
+        Some(Err(_)) => return Err((x, residual)),
+        rp => rp.and_then(Result::ok),
+    };
     if rows == 0 || d == 0 {
-        return Err(x);
+        return Err((x, residual));
     }
     let x2 = plain::<D>(xp.primitive().clone()).reshape([rows, d]);
+    let r2 = rp
+        .as_ref()
+        .map(|p| plain::<D>(p.primitive().clone()).reshape([rows, d]));
     let g1 = plain::<1>(gp.primitive().clone());
     let b1 = bp.as_ref().map(|p| plain::<1>(p.primitive().clone()));
-    let Some(y) = forward_rows(&x2, &g1, b1.as_ref(), eps) else {
-        return Err(x);
+    let Some((y, sum)) = forward_rows(&x2, r2.as_ref(), &g1, b1.as_ref(), eps, true) else {
+        return Err((x, residual));
     };
     let y = primitive(y.reshape(dims));
-    let state = (primitive(x2), primitive(g1));
-    let step = NormBackward::<D> { eps, dims };
-    let out = match bp {
-        Some(bp) => finish(
-            step.prepare::<NoCheckpointing>([xp.node(), gp.node(), bp.node()])
+    // the backward step normalizes again what the forward step did: `x`, or the kept sum
+    let state = (primitive(sum.unwrap_or(x2)), primitive(g1));
+    let step = NormBackward::<D> {
+        eps,
+        dims,
+        residual: rp.is_some(),
+    };
+    let mut nodes = vec![xp.node()];
+    nodes.extend(rp.as_ref().map(|p| p.node()));
+    nodes.push(gp.node());
+    nodes.extend(bp.as_ref().map(|p| p.node()));
+    let out = match <[_; 2]>::try_from(nodes) {
+        Ok(two) => finish(
+            step.prepare::<NoCheckpointing>(two)
                 .compute_bound()
                 .stateful(),
             state,
             y,
         ),
-        None => finish(
-            step.prepare::<NoCheckpointing>([xp.node(), gp.node()])
+        Err(nodes) => match <[_; 3]>::try_from(nodes) {
+            Ok(three) => finish(
+                step.prepare::<NoCheckpointing>(three)
+                    .compute_bound()
+                    .stateful(),
+                state,
+                y,
+            ),
+            Err(nodes) => finish(
+                step.prepare::<NoCheckpointing>(
+                    <[_; 4]>::try_from(nodes).expect("x, the residual, gamma and beta"),
+                )
                 .compute_bound()
                 .stateful(),
-            state,
-            y,
-        ),
+                state,
+                y,
+            ),
+        },
     };
     Ok(Tensor::from_primitive::<Autodiff<Cube>>(out))
 }
 
-/// What LayerNorm's backward step keeps: the input as `[rows, d]` and γ.
+/// What LayerNorm's backward step keeps: its input as `[rows, d]` (with a residual, the sum
+/// it normalized) and γ.
 type NormState = (CubeTensor, CubeTensor);
 
-/// The backward step of `LayerNorm(x)` on an autodiff graph ([`tracked`]), its parents `x`,
-/// γ and, with a shift, β: `x`'s gradient and `g x̂` from one launch ([`backward_rows`]),
-/// γ's and β's gradients the column sums of `g x̂` and `g` ([`column_sums`]).
+/// The backward step of `LayerNorm(x)` or `LayerNorm(x + residual)` on an autodiff graph
+/// ([`tracked`]), its parents `x`, the residual (with `residual`), γ and, with a shift, β:
+/// the input's gradient and `g x̂` from one launch ([`backward_rows`]), the input's gradient
+/// going to `x` and the residual alike, γ's and β's gradients the column sums of `g x̂` and
+/// `g` ([`column_sums`]).
 #[derive(Debug)]
 struct NormBackward<const D: usize> {
     eps: f64,
     dims: [usize; D],
+    residual: bool,
 }
 
 impl<const D: usize, const N: usize> Backward<Cube, N> for NormBackward<D> {
@@ -390,9 +570,15 @@ impl<const D: usize, const N: usize> Backward<Cube, N> for NormBackward<D> {
         let sums = |t: &Tensor<2>| {
             column_sums(t, t.dtype()).unwrap_or_else(|| t.clone().sum_dim(0).reshape([d]))
         };
+        let dx = dx.reshape(self.dims);
         let mut parents = ops.parents.into_iter();
         if let Some(Some(node)) = parents.next() {
-            grads.register::<Cube>(node.id, primitive(dx.reshape(self.dims)));
+            grads.register::<Cube>(node.id, primitive(dx.clone()));
+        }
+        if self.residual
+            && let Some(Some(node)) = parents.next()
+        {
+            grads.register::<Cube>(node.id, primitive(dx));
         }
         if let Some(Some(node)) = parents.next() {
             grads.register::<Cube>(node.id, primitive(sums(&g_xhat)));
@@ -514,6 +700,160 @@ mod tests {
         let got = try_layer_norm(&module, eps, x).expect("a plain wgpu tensor");
         let diff = max_rel_diff(&expected, &values(got));
         assert!(diff < 1e-5, "{rows} rows: {diff}");
+    }
+
+    /// LayerNorm of a sum, the addition in the LayerNorm's launch, on wgpu: at inference
+    /// burn's LayerNorm of burn's sum (a strided residual too); on an autodiff graph also
+    /// burn's gradients for the input, the residual, γ and β, and the input's when the
+    /// residual takes none; with and without the shift, widths below, at and above the cube's
+    /// units. A residual of another shape is handed back.
+    #[test]
+    fn add_layer_norm_equals_burns_forward_and_backward() {
+        let Some(gpu) = crate::test_wgpu("add_layer_norm_equals_burns_forward_and_backward") else {
+            return;
+        };
+        let _rng = crate::rng_lock();
+        gpu.seed(43);
+        let ad = gpu.clone().autodiff();
+        let values = |t: Tensor<3>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        let values1 = |t: Tensor<1>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        let eps = 1e-12;
+        for (a, b, d) in [(3, 70, 48), (2, 5, 384), (1, 3, 300)] {
+            for shift in [true, false] {
+                let what = format!("[{a}, {b}, {d}] shift {shift}");
+                let random = |mean: f64, device: &Device| {
+                    Tensor::<1>::random([d], Distribution::Normal(mean, 0.5), device)
+                };
+                let mut plain_module = LayerNormConfig::new(d)
+                    .with_epsilon(eps)
+                    .with_bias(shift)
+                    .init(&gpu);
+                plain_module.gamma = Param::from_tensor(random(1.0, &gpu));
+                plain_module.beta = plain_module
+                    .beta
+                    .map(|_| Param::from_tensor(random(0.0, &gpu)));
+                let x = Tensor::<3>::random([a, b, d], Distribution::Normal(1.5, 2.0), &gpu);
+                let r = Tensor::<3>::random([b, a, d], Distribution::Normal(-0.5, 1.0), &gpu);
+                // at inference, contiguous and strided residuals
+                let r_strided = r.clone().swap_dims(0, 1);
+                let r_rows = Tensor::<3>::from_data(r_strided.to_data(), &gpu);
+                for (how, res) in [("contiguous", r_rows), ("strided", r_strided)] {
+                    let expected = plain_module.forward(x.clone() + res.clone());
+                    let got = try_add_layer_norm(&plain_module, eps, x.clone(), res)
+                        .expect("plain wgpu tensors");
+                    let diff = max_rel_diff(&values(expected), &values(got));
+                    assert!(diff < 1e-5, "{what} {how} residual: {diff}");
+                }
+                // on an autodiff graph
+                let mut module = LayerNormConfig::new(d)
+                    .with_epsilon(eps)
+                    .with_bias(shift)
+                    .init(&ad);
+                module.gamma = Param::from_tensor(random(1.0, &ad));
+                module.beta = module.beta.map(|_| Param::from_tensor(random(0.0, &ad)));
+                let w = Tensor::<3>::random([a, b, d], Distribution::Normal(0.0, 1.0), &ad);
+                for residual_grad in [true, false] {
+                    let run = |ours: bool| {
+                        let x = Tensor::<3>::from_data(x.to_data(), &ad).require_grad();
+                        let r = Tensor::<3>::from_data(r.to_data(), &ad);
+                        let r = if residual_grad { r.require_grad() } else { r };
+                        let res = r.clone().swap_dims(0, 1);
+                        let y = if ours {
+                            try_add_layer_norm(&module, eps, x.clone(), res)
+                                .expect("a wgpu autodiff graph")
+                        } else {
+                            module.forward(x.clone() + res)
+                        };
+                        let grads = (y.clone() * w.clone()).sum().backward();
+                        (
+                            values(y),
+                            values(x.grad(&grads).unwrap()),
+                            r.grad(&grads).map(values),
+                            values1(module.gamma.grad(&grads).unwrap()),
+                            module
+                                .beta
+                                .as_ref()
+                                .map(|p| values1(p.grad(&grads).unwrap())),
+                        )
+                    };
+                    let (burn, ours) = (run(false), run(true));
+                    let what = format!("{what} residual grad {residual_grad}");
+                    assert!(max_rel_diff(&burn.0, &ours.0) < 1e-5, "{what}: values");
+                    assert!(max_rel_diff(&burn.1, &ours.1) < 1e-4, "{what}: dx");
+                    assert_eq!(burn.2.is_some(), residual_grad, "{what}");
+                    assert_eq!(ours.2.is_some(), residual_grad, "{what}: dr");
+                    if let (Some(br), Some(or)) = (&burn.2, &ours.2) {
+                        assert!(max_rel_diff(br, or) < 1e-4, "{what}: dr");
+                    }
+                    assert!(max_rel_diff(&burn.3, &ours.3) < 1e-4, "{what}: dgamma");
+                    if let (Some(bb), Some(ob)) = (&burn.4, &ours.4) {
+                        assert!(max_rel_diff(bb, ob) < 1e-5, "{what}: dbeta");
+                    }
+                }
+            }
+        }
+        // rank 2, where the kernel reads each operand by its own strides (no copy first): a
+        // transposed residual beside a contiguous input, and the other way round, plain and
+        // on an autodiff graph
+        let (rows, d) = (37, 200);
+        let gamma = Tensor::<1>::random([d], Distribution::Normal(1.0, 0.5), &gpu);
+        let on = |device: &Device| {
+            let mut m = LayerNormConfig::new(d).with_epsilon(eps).init(device);
+            m.gamma = Param::from_tensor(Tensor::from_data(gamma.to_data(), device));
+            m
+        };
+        let (plain_module, module) = (on(&gpu), on(&ad));
+        let rows_of = |t: Tensor<2>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        let contiguous = Tensor::<2>::random([rows, d], Distribution::Normal(1.0, 1.0), &gpu);
+        let stored = Tensor::<2>::random([d, rows], Distribution::Normal(0.0, 2.0), &gpu);
+        let w = Tensor::<2>::random([rows, d], Distribution::Normal(0.0, 1.0), &ad);
+        for transposed_residual in [true, false] {
+            let what = format!("rank 2, transposed residual {transposed_residual}");
+            let operands = |c: Tensor<2>, t: Tensor<2>| {
+                if transposed_residual {
+                    (c, t.transpose())
+                } else {
+                    (t.transpose(), c)
+                }
+            };
+            let (x, r) = operands(contiguous.clone(), stored.clone());
+            let expected = rows_of(plain_module.forward(x.clone() + r.clone()));
+            let got = try_add_layer_norm(&plain_module, eps, x, r).expect("plain wgpu tensors");
+            assert!(
+                max_rel_diff(&expected, &rows_of(got)) < 1e-5,
+                "{what}: plain"
+            );
+            let run = |ours: bool| {
+                let c = Tensor::<2>::from_data(contiguous.to_data(), &ad).require_grad();
+                let t = Tensor::<2>::from_data(stored.to_data(), &ad).require_grad();
+                let (x, r) = operands(c.clone(), t.clone());
+                let y = if ours {
+                    try_add_layer_norm(&module, eps, x, r).expect("a wgpu autodiff graph")
+                } else {
+                    module.forward(x + r)
+                };
+                let grads = (y.clone() * w.clone()).sum().backward();
+                let (gc, gt) = (c.grad(&grads).unwrap(), t.grad(&grads).unwrap());
+                (rows_of(y), rows_of(gc), rows_of(gt))
+            };
+            let (burn, ours) = (run(false), run(true));
+            assert!(max_rel_diff(&burn.0, &ours.0) < 1e-5, "{what}: values");
+            assert!(
+                max_rel_diff(&burn.1, &ours.1) < 1e-4,
+                "{what}: contiguous's grad"
+            );
+            assert!(
+                max_rel_diff(&burn.2, &ours.2) < 1e-4,
+                "{what}: transposed's grad"
+            );
+        }
+        let module = LayerNormConfig::new(8).init(&gpu);
+        let x = Tensor::<2>::zeros([3, 8], &gpu);
+        let wide = Tensor::<2>::zeros([3, 9], &gpu);
+        assert!(
+            try_add_layer_norm(&module, 1e-5, x, wide).is_err(),
+            "a wider residual"
+        );
     }
 
     /// On a wgpu autodiff graph, LayerNorm through its kernels (the forward launch, the

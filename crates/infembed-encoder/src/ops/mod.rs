@@ -1,5 +1,6 @@
 //! The operations the models call for their hot paths: [`linear`], [`linear_gelu`],
-//! [`gelu`], [`dropout`], [`layer_norm`], padded [`attention`] and the BERT family's packed
+//! [`gelu`], [`dropout`], [`layer_norm`] (and [`add_layer_norm`] of a residual sum), padded
+//! [`attention`] and the BERT family's packed
 //! [`self_attention`], with the packed layout ([`Packing`]) and head/mask glue they take.
 //!
 //! Each computes what the burn op of the same name computes. It first offers the work to the
@@ -362,6 +363,27 @@ pub(crate) fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<
         Err(x) => x,
     };
     try_dropout(module, x).unwrap_or_else(|x| module.forward(x))
+}
+
+/// `module.forward(x + residual)` ([`layer_norm`]): on a cubecl device (not in `fusion`
+/// builds) the addition in the LayerNorm's own launch (forward and backward), elsewhere
+/// burn's addition first.
+///
+/// # Shapes
+/// - `x`, `residual`: `[..., d]`, `d` the module's width
+/// - output: like `x`
+pub(crate) fn add_layer_norm<const D: usize>(
+    module: &LayerNorm,
+    eps: f64,
+    x: Tensor<D>,
+    residual: Tensor<D>,
+) -> Tensor<D> {
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    let (x, residual) = match cube_norm::try_add_layer_norm(module, eps, x, residual) {
+        Ok(y) => return y,
+        Err(operands) => operands,
+    };
+    layer_norm(module, eps, x + residual)
 }
 
 /// `module.forward(x)`, with `eps` the module's epsilon (burn keeps it private, so the caller
