@@ -657,6 +657,7 @@ mod tests {
                         split_heads(k.clone(), heads),
                         split_heads(v.clone(), heads),
                         mask.clone(),
+                        None,
                         &drop,
                         crate::MatmulRoutine::BURN,
                     ));

@@ -88,18 +88,21 @@ pub(crate) fn attention(
 /// On a cubecl GPU device whose products go through a routine other than `burn` (the default,
 /// [`MatmulRoutine`]), the product is spelled out too, so that its two matrix products (the
 /// scores and the context, and in training their backward products) run that routine rather
-/// than burn's `matmul`.
+/// than burn's `matmul`. There `float_mask`, the mask as f32 values (`1` on masked keys;
+/// [`Packing::key_rows_float_mask`]), spares the fused softmax converting `mask` in every
+/// layer; `None` converts it.
 pub(crate) fn attention_with_dropout(
     q: Tensor<4>,
     k: Tensor<4>,
     v: Tensor<4>,
     mask: Tensor<4, Bool>,
+    float_mask: Option<Tensor<4>>,
     dropout: &Dropout,
     routine: MatmulRoutine,
 ) -> Tensor<4> {
     let active = dropout.prob > 0.0 && dropout.training.is_enabled() && q.device().is_autodiff();
     if active || routes_products(routine, &q) {
-        attend_decomposed(q, k, v, mask, dropout, routine)
+        attend_decomposed(q, k, v, mask, float_mask, dropout, routine)
     } else {
         attention(q, k, v, mask, false)
     }
@@ -112,22 +115,33 @@ fn attend_decomposed(
     k: Tensor<4>,
     v: Tensor<4>,
     mask: Tensor<4, Bool>,
+    float_mask: Option<Tensor<4>>,
     dropout_module: &Dropout,
     routine: MatmulRoutine,
 ) -> Tensor<4> {
     let dh = q.dims()[3];
     let scores = matmul_routed(q, k.swap_dims(2, 3), routine);
+    #[cfg(not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))))]
+    let _ = float_mask; // only the cubecl devices' fused softmax reads it
     // one kernel on a cubecl device (the scaling, the mask and the softmax), forward and
     // backward, training included with inference's fill below (the same probabilities as the
     // additive -1e9 of f32 training: masked terms underflow to 0 either way; a row whose keys
     // are all masked, a padding row that is dropped, gets 1 / L on each and no gradient)
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-    let scores = match super::cube_softmax::try_masked_softmax(
-        scores,
-        &mask,
-        1.0 / (dh as f32).sqrt(),
-        -6.0e4,
-    ) {
+    let scores = match float_mask {
+        // the mask as f32 values made once per batch, not converted in every layer
+        Some(float_mask) => super::cube_softmax::try_masked_softmax_f32(
+            scores,
+            &float_mask,
+            1.0 / (dh as f32).sqrt(),
+            -6.0e4,
+        ),
+        None => {
+            super::cube_softmax::try_masked_softmax(scores, &mask, 1.0 / (dh as f32).sqrt(), -6.0e4)
+        }
+    };
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    let scores = match scores {
         Ok(probs) => return matmul_routed(dropout(dropout_module, probs), v, routine),
         Err(scores) => scores,
     };
@@ -239,13 +253,13 @@ pub(crate) fn padded_self_attention(
     // on a cubecl device the mask stays `[B, 1, 1, L]`: the fused softmax reads it broadcast
     // over the queries (and burn's ops expand it), where the `[B, 1, L, L]` view would be
     // written out whole as floats
-    let mask = if super::routes_on(&q.device()) {
-        packing.key_rows_mask()
+    let (mask, float_mask) = if super::routes_on(&q.device()) {
+        (packing.key_rows_mask(), Some(packing.key_rows_float_mask()))
     } else {
-        packing.key_mask()
+        (packing.key_mask(), None)
     };
     packing.pack(merge_heads(attention_with_dropout(
-        q, k, v, mask, dropout, routine,
+        q, k, v, mask, float_mask, dropout, routine,
     )))
 }
 
@@ -346,6 +360,7 @@ mod tests {
             k,
             v,
             mask,
+            None,
             &DropoutConfig::new(0.0).init(),
             MatmulRoutine::BURN,
         );
@@ -372,6 +387,7 @@ mod tests {
                 k.clone(),
                 v.clone(),
                 mask.clone(),
+                None,
                 d,
                 MatmulRoutine::BURN,
             )

@@ -327,13 +327,45 @@ pub(crate) fn try_masked_softmax(
     let [b, h, lq, lk] = scores.dims();
     let [mb, mh, mq, mk] = mask.dims();
     let fits = |m: usize, s: usize| m == s || m == 1;
+    let on_cubecl = scores.clone().try_into_primitive::<Cube>().is_ok()
+        || scores
+            .clone()
+            .try_into_primitive::<Autodiff<Cube>>()
+            .is_ok();
+    if !on_cubecl
+        || float_kind(scores.dtype()).is_none()
+        || !(fits(mb, b) && fits(mh, h) && fits(mq, lq) && fits(mk, lk))
+    {
+        return Err(scores); // before the mask's conversion costs anything
+    }
+    try_masked_softmax_f32(scores, &float_mask(mask), scale, fill)
+}
+
+/// [`try_masked_softmax`] with the mask as f32 values (`1` on masked keys, `0` elsewhere;
+/// [`crate::ops::Packing::key_rows_float_mask`] makes one once per batch).
+///
+/// # Shapes
+/// - `scores`: `[B, H, Lq, Lk]`
+/// - `mask`: `[B, 1 or H, Lq or 1, Lk]`
+/// - output: `[B, H, Lq, Lk]`
+#[allow(clippy::result_large_err)]
+pub(crate) fn try_masked_softmax_f32(
+    scores: Tensor<4>,
+    mask: &Tensor<4>,
+    scale: f32,
+    fill: f32,
+) -> Result<Tensor<4>, Tensor<4>> {
+    let [b, h, lq, lk] = scores.dims();
+    let [mb, mh, mq, mk] = mask.dims();
+    let fits = |m: usize, s: usize| m == s || m == 1;
     if float_kind(scores.dtype()).is_none()
+        || mask.dtype() != DType::F32
         || !(fits(mb, b) && fits(mh, h) && fits(mq, lq) && fits(mk, lk))
     {
         return Err(scores);
     }
     if !scores.device().is_autodiff() {
-        return match forward(&scores, &float_mask(mask), scale, fill) {
+        return match forward(&scores, mask, scale, fill) {
             Some(probs) => Ok(probs),
             None => Err(scores),
         };
@@ -343,7 +375,7 @@ pub(crate) fn try_masked_softmax(
     };
     let inner = Tensor::<4>::from_primitive::<Cube>(sp.primitive().clone());
     // the mask has no gradient: its values, off the graph
-    let Ok(mask) = float_mask(mask).try_into_primitive::<Autodiff<Cube>>() else {
+    let Ok(mask) = mask.clone().try_into_primitive::<Autodiff<Cube>>() else {
         return Err(scores);
     };
     let mask = Tensor::<4>::from_primitive::<Cube>(mask.primitive().clone());

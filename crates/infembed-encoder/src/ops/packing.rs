@@ -37,8 +37,12 @@ use burn::tensor::TensorData;
 pub(crate) struct Packing {
     /// `[B, L]`, `true` on padding.
     padding: Tensor<2, Bool>,
+    /// The same flags on the host.
+    pad: Vec<bool>,
     /// The padded batch's key mask for burn's attention, built on first use.
     key_mask: OnceLock<Tensor<4, Bool>>,
+    /// The key mask as `[B, 1, 1, L]` f32 values for the fused softmax, built on first use.
+    key_rows_float: OnceLock<Tensor<4>>,
     b: usize,
     l: usize,
     /// `B + 1` row offsets.
@@ -86,7 +90,9 @@ impl Packing {
         let positions = rows.iter().map(|&r| r % l.max(1)).collect();
         Self {
             padding: Tensor::from_data(TensorData::new(pad.to_vec(), [b, l]), device),
+            pad: pad.to_vec(),
             key_mask: OnceLock::new(),
+            key_rows_float: OnceLock::new(),
             b,
             l,
             offsets,
@@ -122,6 +128,18 @@ impl Packing {
     /// over the heads and queries themselves.
     pub(crate) fn key_rows_mask(&self) -> Tensor<4, Bool> {
         self.padding().reshape([self.b, 1, 1, self.l])
+    }
+
+    /// [`Self::key_rows_mask`] as f32 values (`1` on padding), made from the host's flags once
+    /// per batch, where converting the flags on the device would take launches in every layer.
+    pub(crate) fn key_rows_float_mask(&self) -> Tensor<4> {
+        self.key_rows_float
+            .get_or_init(|| {
+                let values: Vec<f32> = self.pad.iter().map(|&p| f32::from(u8::from(p))).collect();
+                let data = TensorData::new(values, [self.b, 1, 1, self.l]);
+                Tensor::from_data(data, (&self.padding.device(), burn::tensor::DType::F32))
+            })
+            .clone()
     }
 
     /// `B + 1` row offsets: sequence `s` is rows `offsets[s]..offsets[s + 1]`.
@@ -398,6 +416,36 @@ mod tests {
         let grads = (y * w).sum().backward();
         let g = x.grad(&grads).expect("x has a gradient");
         (value, g.into_data().try_to_vec::<f32>().expect("f32"))
+    }
+
+    /// The key mask made from the host's flags as f32 equals the device's flags converted,
+    /// `[B, 1, 1, L]`, on plain and autodiff devices, and is made once.
+    #[test]
+    fn the_float_key_mask_is_the_flags_converted() {
+        for device in [Device::flex(), Device::flex().autodiff()] {
+            let (b, l) = (3, 5);
+            let pad: Vec<bool> = (0..b * l).map(|i| (i * 7) % 3 == 0).collect();
+            let packing = Packing::new(&pad, b, l, &device);
+            let got = packing.key_rows_float_mask();
+            assert_eq!(got.dims(), [b, 1, 1, l]);
+            assert_eq!(got.dtype(), burn::tensor::DType::F32);
+            let expected = packing
+                .key_rows_mask()
+                .float()
+                .cast(burn::tensor::DType::F32);
+            assert_eq!(
+                got.to_data().convert::<f32>().try_to_vec::<f32>().unwrap(),
+                expected
+                    .to_data()
+                    .convert::<f32>()
+                    .try_to_vec::<f32>()
+                    .unwrap()
+            );
+            assert!(
+                packing.key_rows_float.get().is_some(),
+                "kept for the next layer"
+            );
+        }
     }
 
     #[test]
