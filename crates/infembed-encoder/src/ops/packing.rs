@@ -455,7 +455,9 @@ mod tests {
 
     /// On wgpu (Mesa's software driver in CI) the moves run one gather kernel, which reads
     /// the zero row without appending it: on an autodiff graph they give burn's select and
-    /// its gradients, and on plain tensors (inference) burn's select, exactly.
+    /// its gradients, and on plain tensors (inference) burn's select, exactly. The f32 key
+    /// mask made once a batch goes to the fused softmax (no fallback) and gives the
+    /// probabilities of the flags; an f16 mask and a mask of fewer keys are handed back.
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     #[test]
     fn row_moves_on_wgpu_equal_burns_select() {
@@ -463,6 +465,41 @@ mod tests {
             return;
         };
         row_moves_equal_burns_select_on(&gpu.clone().autodiff());
+        // the key mask made once a batch is the fused softmax's (plain and on an autodiff
+        // graph: no fallback), with the probabilities of the flags it was made from
+        let (b, h, l) = (3, 2, 6);
+        let flags: Vec<bool> = (0..b * l).map(|i| i % l >= [6, 2, 4][i / l]).collect();
+        for device in [gpu.clone(), gpu.clone().autodiff()] {
+            let packing = Packing::new(&flags, b, l, &device);
+            let mask = packing.key_rows_float_mask();
+            assert_eq!(mask.device(), device);
+            let scores = Tensor::<4>::random(
+                [b, h, l, l],
+                burn::tensor::Distribution::Normal(0.0, 2.0),
+                &device,
+            );
+            let softmax = super::super::cube_softmax::try_masked_softmax_f32;
+            let got = softmax(scores.clone(), &mask, 0.5, -6e4).expect("the fused softmax");
+            let by_flags = super::super::cube_softmax::try_masked_softmax(
+                scores.clone(),
+                &packing.key_rows_mask(),
+                0.5,
+                -6e4,
+            )
+            .expect("the fused softmax");
+            let values = |t: Tensor<4>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+            assert_eq!(values(got), values(by_flags));
+            let half = mask.clone().cast(burn::tensor::DType::F16);
+            assert!(
+                softmax(scores.clone(), &half, 0.5, -6e4).is_err(),
+                "an f16 mask"
+            );
+            let short = mask.slice([0..b, 0..1, 0..1, 0..l - 1]);
+            assert!(
+                softmax(scores, &short, 0.5, -6e4).is_err(),
+                "a mask of fewer keys"
+            );
+        }
         let (b, l, d) = (3, 5, 4);
         let pad = [
             false, false, true, true, true, //
