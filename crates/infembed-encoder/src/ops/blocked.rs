@@ -134,6 +134,7 @@ mod kernel {
     use cubecl::prelude::*;
 
     use super::{Epilogue, Layout};
+    use crate::ops::cube_kit::kernel::normal_cdf;
 
     /// An output element's f32 sum through the epilogue: plus `bias[col]` (read only with
     /// `epilogue.bias`), then GELU `z Φ(z)` (with `epilogue.gelu`), as the bias + GELU kernel
@@ -150,7 +151,7 @@ mod kernel {
             z += f32::cast_from(bias[col * bias.stride(0)]);
         }
         if epilogue.gelu {
-            z *= 0.5f32 * (1.0f32 + Erf::erf(z * std::f32::consts::FRAC_1_SQRT_2));
+            z *= normal_cdf(z);
         }
         z
     }
@@ -627,18 +628,23 @@ pub(crate) fn launch(
         None => super::cube_kit::cube(&burn::tensor::Tensor::<1>::empty([1], (device, out.dtype)))
             .ok_or_else(|| LaunchError::Operands("a stand-in off the cubecl device".into()))?,
     };
-    // split, the parts' sums go to an f32 tensor that `sum_parts` adds up into `out`
-    let sums =
-        if split {
-            let sums = burn::tensor::Tensor::<3>::empty([parts * b, m, n], (device, DType::F32));
-            Some(super::cube_kit::cube(&sums).ok_or_else(|| {
+    // split, the parts' sums go to an f32 tensor that `sum_parts` adds up into `out` (its
+    // cubes counted before anything launches)
+    let sums = if split {
+        let sums = burn::tensor::Tensor::<3>::empty([parts * b, m, n], (device, DType::F32));
+        let cubes = super::cube_kit::cube_count((b * m * n).div_ceil(SUM_UNITS))
+            .ok_or_else(|| LaunchError::Operands(format!("{} output elements", b * m * n)))?;
+        Some((
+            super::cube_kit::cube(&sums).ok_or_else(|| {
                 LaunchError::Operands("partial sums off the cubecl device".into())
-            })?)
-        } else {
-            None
-        };
+            })?,
+            cubes,
+        ))
+    } else {
+        None
+    };
     let (target, target_elem, run) = match &sums {
-        Some(sums) => (sums.clone(), ElemType::Float(FloatKind::F32), run),
+        Some((sums, _)) => (sums.clone(), ElemType::Float(FloatKind::F32), run),
         None => (out.clone(), elem, k.max(1)),
     };
     kernel::blocked_matmul::launch(
@@ -655,9 +661,7 @@ pub(crate) fn launch(
         elem,
         target_elem,
     );
-    if let Some(sums) = sums {
-        let cubes = super::cube_kit::cube_count((b * m * n).div_ceil(SUM_UNITS))
-            .ok_or_else(|| LaunchError::Operands(format!("{} output elements", b * m * n)))?;
+    if let Some((sums, cubes)) = sums {
         kernel::sum_parts::launch(
             &client,
             cubes,

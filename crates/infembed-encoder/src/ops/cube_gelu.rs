@@ -32,8 +32,9 @@ const UNITS: usize = 256;
 mod kernel {
     use cubecl::prelude::*;
 
+    use crate::ops::cube_kit::kernel::normal_cdf;
+
     /// `1 / sqrt(2)`, and `1 / sqrt(2 pi)` (the normal density's factor).
-    const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
     const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
 
     /// The element of unit `ABSOLUTE_POS` of a launch over `rows × d` elements (cubes on two
@@ -59,7 +60,7 @@ mod kernel {
         if bias {
             z += f32::cast_from(b[c * b.stride(0)]);
         }
-        (z, 0.5f32 * (1.0f32 + Erf::erf(z * FRAC_1_SQRT_2)))
+        (z, normal_cdf(z))
     }
 
     /// `out = gelu(y + b)` (`b` read only with `bias`), `y` and `out` `[rows, d]` with any

@@ -64,6 +64,13 @@ where
 pub(super) mod kernel {
     use cubecl::prelude::*;
 
+    /// The standard normal distribution function `Φ(z) = (1 + erf(z / sqrt 2)) / 2`: exact
+    /// (erf) GELU is `z Φ(z)` (the bias + GELU kernel, the blocked product's epilogue).
+    #[cube]
+    pub(in crate::ops) fn normal_cdf(z: f32) -> f32 {
+        0.5f32 * (1.0f32 + Erf::erf(z * std::f32::consts::FRAC_1_SQRT_2))
+    }
+
     /// The sum (with `max`, the maximum) over the cube of each unit's `value`, through a tree
     /// in `partial` (`units` slots, a power of two), its levels unrolled (cubecl 0.11's IR
     /// verification refused the same tree as a runtime loop around the barrier); every unit
