@@ -19,7 +19,7 @@
 #                           and devices always run)
 #   --matmul R              the matrix-product routine of infembed's linear layers on the
 #                           device in every stage (`infembed embed/train --matmul R`; default:
-#                           the binary's own, `blocked`; names as the probe reports them)
+#                           the binary's own, `blocked_split`; names as the probe reports them)
 #   --routines LIST         routines: for each routine one warm-up and one timed `infembed
 #                           embed --matmul R --batch-size 128` of the throughput set (f16 too
 #                           with --infembed-f16), and its embeddings of the parity set against
@@ -68,7 +68,7 @@ INFEMBED_F16=0
 ONLY="probe,parity,torch,throughput,train,profile,sweep,routines"
 MATMUL=""
 # the routine infembed takes without --matmul (crates/infembed-encoder/src/routine.rs)
-DEFAULT_MATMUL=blocked
+DEFAULT_MATMUL=blocked_split
 ROUTINES="burn,blocked,blocked_split,blocked_64,blocked_128,double_unit,double_unit_min_tile,gemm,simple_cyclic_cmma,double_cyclic_cmma"
 BATCH_SIZES="32,64,128,256"
 PROFILE_PASSAGES=1000

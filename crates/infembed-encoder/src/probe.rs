@@ -153,7 +153,7 @@ pub struct MatmulTiming {
     pub transposed: [bool; 2],
     /// The element types.
     pub precision: ProbePrecision,
-    /// The routine (`burn` is burn's own `matmul`; the models call `blocked` by default).
+    /// The routine (`burn` is burn's own `matmul`; the models call `blocked_split` by default).
     pub routine: String,
     /// The result.
     pub outcome: ProbeOutcome,

@@ -50,16 +50,20 @@ const NAMES: [&str; 24] = [
 ];
 
 /// The matrix-product routine of a GPU device's linear layers: this project's register-blocked
-/// SIMT kernel (`blocked`, the default, its tile chosen per product; `blocked_64` and
-/// `blocked_128` fix the tile; `blocked_split` chooses the tile and splits the depth of
-/// products whose blocks leave the device idle, not yet timed on a GPU), `burn` (burn's own `matmul`, which asks cubek to choose), or
-/// one of cubek 0.3's routines by the name that `infembed devices --probe-matmul` reports it
-/// under (`double_unit`, `simple_cyclic_cmma`, ...; [`MatmulRoutine::all`]).
+/// SIMT kernel (`blocked_split`, the default: its tile chosen per product and the depth of
+/// products whose blocks leave the device idle split into parts; `blocked` the same kernel
+/// without the split; `blocked_64` and `blocked_128` fix the tile, unsplit), `burn` (burn's own
+/// `matmul`, which asks cubek to choose), or one of cubek 0.3's routines by the name that
+/// `infembed devices --probe-matmul` reports it under (`double_unit`, `simple_cyclic_cmma`,
+/// ...; [`MatmulRoutine::all`]).
 ///
-/// `blocked` is the default because on an NVIDIA H100 (through Vulkan) it computed every `f32`
-/// product of all-MiniLM-L6-v2 but the `384 x 384` projections faster than burn's choice (the
-/// weight gradient 17 times as fast), encoding ran 1.09x to 1.25x as fast through it, and
-/// the quickstart trained 2.1 times as fast through its `128 x 128` tile (docs/devices.md).
+/// The blocked kernel is the default because on an NVIDIA H100 (through Vulkan) it computed
+/// every `f32` product of all-MiniLM-L6-v2 but the `384 x 384` projections faster than burn's
+/// choice (the weight gradient 17 times as fast), encoding ran 1.09x to 1.25x as fast through
+/// it, and the quickstart trained 2.1 times as fast through its `128 x 128` tile. The split is
+/// on by default since an NVIDIA H200 (2026-11-28) trained the quickstart at 146 rows a second
+/// through `blocked_split` against 122 through `blocked`, the device time of ten profiled steps
+/// 350 ms against 536, and encoded at the same rate (docs/devices.md, docs/benchmarks.md).
 ///
 /// A routine that cubek declines for a product (a tensor-core routine on a device without
 /// tensor cores for the operands' type, a layout it does not take) leaves that product to
@@ -71,9 +75,9 @@ const NAMES: [&str; 24] = [
 pub struct MatmulRoutine(u8);
 
 impl Default for MatmulRoutine {
-    /// [`MatmulRoutine::BLOCKED`].
+    /// [`MatmulRoutine::BLOCKED_SPLIT`].
     fn default() -> Self {
-        Self::BLOCKED
+        Self::BLOCKED_SPLIT
     }
 }
 
@@ -81,8 +85,12 @@ impl MatmulRoutine {
     /// burn's own `matmul`.
     pub const BURN: Self = Self(0);
 
-    /// This project's blocked kernel with its tile chosen per product (the default).
+    /// This project's blocked kernel with its tile chosen per product, unsplit.
     pub const BLOCKED: Self = Self(8);
+
+    /// This project's blocked kernel with its tile chosen per product and the depth of
+    /// products with few blocks split (the default).
+    pub const BLOCKED_SPLIT: Self = Self(11);
 
     /// Every routine, in the probe's order (`burn` first).
     pub fn all() -> impl Iterator<Item = Self> {
@@ -263,8 +271,9 @@ mod tests {
             let json = serde_json::to_string(&r).unwrap();
             assert_eq!(serde_json::from_str::<MatmulRoutine>(&json).unwrap(), r);
         }
-        assert_eq!(MatmulRoutine::default(), MatmulRoutine::BLOCKED);
+        assert_eq!(MatmulRoutine::default(), MatmulRoutine::BLOCKED_SPLIT);
         assert_eq!(MatmulRoutine::BLOCKED.name(), "blocked");
+        assert_eq!(MatmulRoutine::BLOCKED_SPLIT.name(), "blocked_split");
         assert_eq!(MatmulRoutine::BURN.name(), "burn");
         assert!(!MatmulRoutine::default().is_burn());
         let err = "double-unit"

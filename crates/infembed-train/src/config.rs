@@ -73,8 +73,9 @@ pub struct TrainConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<Precision>,
     /// The matrix-product routine of the linear layers on a GPU device (forward and both
-    /// backward products): `blocked` (the default, this project's kernel), `burn` (burn's
-    /// own `matmul`) or one of cubek's by the name `infembed devices --probe-matmul` reports
+    /// backward products): `blocked_split` (the default, this project's kernel with the depth
+    /// of products with few blocks split), `blocked` (the same unsplit), `burn` (burn's own
+    /// `matmul`) or one of cubek's by the name `infembed devices --probe-matmul` reports
     /// (docs/devices.md). A name other than `burn` is refused on the CPU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matmul: Option<MatmulRoutine>,
@@ -181,7 +182,19 @@ pub struct BatchConfig {
     /// (except the rows they are labelled relevant to). 0 = none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub mined_per_record: usize,
+    /// Texts per forward pass of the encoder in training (a batch's passages and its
+    /// instruction-query texts are embedded in passes of at most this many). Absent: the
+    /// encoder's `encode_batch_size` (32) on the CPU, and on a GPU device at least
+    /// [`GPU_TEXTS_PER_PASS`], since each pass costs the host about 640 kernel launches
+    /// there for all-MiniLM-L6-v2 (the quickstart's recipe: two passes a step instead of
+    /// three). The gradients do not depend on it beyond rounding; the dropout masks do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub texts_per_pass: Option<usize>,
 }
+
+/// The fewest texts a training pass holds on a GPU device unless `batch.texts_per_pass` says
+/// otherwise.
+pub const GPU_TEXTS_PER_PASS: usize = 128;
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
@@ -278,6 +291,7 @@ impl Default for BatchConfig {
             mask_duplicates: true,
             drop_last: false,
             mined_per_record: 0,
+            texts_per_pass: None,
         }
     }
 }
@@ -447,6 +461,9 @@ impl TrainConfig {
         if b.accumulation == 0 {
             return bad("batch.accumulation", "must be at least 1");
         }
+        if b.texts_per_pass == Some(0) {
+            return bad("batch.texts_per_pass", "must be at least 1 (or absent)");
+        }
         if b.grad_cache_chunk == Some(0) {
             return bad("batch.grad_cache_chunk", "must be at least 1 (or absent)");
         }
@@ -614,6 +631,17 @@ mod tests {
         assert_eq!(cfg.loss.kind, ObjectiveKind::Multivariate);
         assert_eq!(cfg.loss.terms, vec![Variable::P, Variable::I]);
         assert_eq!(cfg.seed, 42);
+        // an unset pass size is left out of the written config (checkpoints' configs compare
+        // equal to those written before the key existed)
+        assert_eq!(cfg.batch.texts_per_pass, None);
+        let json = serde_json::to_value(&cfg).unwrap();
+        assert!(json["batch"].get("texts_per_pass").is_none(), "{json}");
+        let cfg: TrainConfig = toml::from_str(
+            "model = \"m\"\noutput_dir = \"o\"\n[data]\ntrain = \"t.jsonl\"\n\
+             [batch]\ntexts_per_pass = 64\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.batch.texts_per_pass, Some(64));
     }
 
     /// The Interaction I template of a training config, in both spellings, as TOML.
@@ -662,6 +690,10 @@ mod tests {
         cfg.encoder.quantize = infembed_encoder::Quantization::Int8;
         let err = cfg.validate().unwrap_err().to_string();
         assert!(err.contains("encoder.quantize"), "{err}");
+        let mut cfg = TrainConfig::new(".", "Cargo.toml", "out");
+        cfg.batch.texts_per_pass = Some(0);
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("batch.texts_per_pass"), "{err}");
         let mut cfg = TrainConfig::new(".", "Cargo.toml", "out");
         cfg.batch.records = 0;
         assert!(

@@ -52,7 +52,8 @@ mod trainer;
 pub use batch::{MinedSet, TrainBatch};
 pub use checkpoint::{HistoryEntry, StepRecord, TrainState};
 pub use config::{
-    BatchConfig, CheckpointConfig, DataConfig, EvalSchedule, OptimizerConfig, Schedule, TrainConfig,
+    BatchConfig, CheckpointConfig, DataConfig, EvalSchedule, GPU_TEXTS_PER_PASS, OptimizerConfig,
+    Schedule, TrainConfig,
 };
 pub use error::{DashboardProblem, Error, Result};
 pub use negatives::instruction_negatives_per_row;

@@ -101,6 +101,7 @@ pub fn full_batch_step(
     mask_duplicates: bool,
     weight: f64,
 ) -> Result<StepGrads> {
+    let start = std::time::Instant::now();
     let device = encoder.device().clone();
     device.seed(batch.dropout_seed);
     let rows = batch.encoder_rows();
@@ -135,8 +136,19 @@ pub fn full_batch_step(
     let texts = texts + extras.len();
     let lb = loss_batch(p, iq, iq_instr, p_extra, batch, mask_duplicates, &device);
     let value = loss.forward(&lb);
-    let loss_value = scalar(value.clone().inner());
-    let grads = value.mul_scalar(weight).backward();
+    let forward = start.elapsed();
+    // the backward pass is issued before the loss is read back, so that a GPU device computes
+    // the forward pass while the host issues the backward one (the same values either way)
+    let grads = value.clone().mul_scalar(weight).backward();
+    let backward = start.elapsed();
+    let loss_value = scalar(value.inner());
+    log::debug!(
+        "training pass: forward issued in {:.1} ms, backward in {:.1} ms, loss read back after \
+         {:.1} ms more",
+        forward.as_secs_f64() * 1e3,
+        (backward - forward).as_secs_f64() * 1e3,
+        (start.elapsed() - backward).as_secs_f64() * 1e3
+    );
     Ok(StepGrads {
         loss: loss_value,
         grads: GradientsParams::from_grads(grads, encoder.model()),

@@ -21,7 +21,7 @@ use infembed_losses::{ContrastiveLoss, Variable};
 
 use crate::batch::{MinedSet, TrainBatch, epoch_batches};
 use crate::checkpoint::{self, HistoryEntry, StepRecord, TrainState};
-use crate::config::TrainConfig;
+use crate::config::{GPU_TEXTS_PER_PASS, TrainConfig};
 use crate::error::{Error, Result};
 use crate::optim::{adamw, clip_global_norm, learning_rate};
 use crate::progress::{self, ProgressMode, ProgressSink, RunInfo, StepInfo};
@@ -228,6 +228,7 @@ impl Trainer {
         let loss = config.loss.init()?;
         let needs_instructions = loss.objective().variables().contains(Variable::I);
         let plain = device.clone().inner();
+        let on_cpu = plain == Device::flex();
         // The objectives score by cosine: the encoder used for dev evaluation does too, so a
         // dot-product checkpoint is measured as it is trained (and as it is saved).
         let loaded = DualEncoder::from_dir(&config.model, config.encoder.clone(), &plain)?
@@ -239,6 +240,7 @@ impl Trainer {
         if let Some(routine) = config.matmul {
             encoder.set_gpu_matmul(routine)?;
         }
+        encoder.set_training_pass_texts(training_pass_texts(&config, on_cpu));
         let devices: Vec<Device> = devices
             .iter()
             .map(|d| d.clone().inner().autodiff())
@@ -797,16 +799,34 @@ impl Trainer {
             acc.accumulate(self.encoder.model(), out.grads);
         }
         let mut grads = acc.grads();
+        let start = std::time::Instant::now();
         if let Some(max) = self.config.optimizer.max_grad_norm {
             clip_global_norm(self.encoder.model(), &mut grads, max);
         }
+        let clipped = start.elapsed();
         let lr = learning_rate(&self.config.optimizer, step, total);
         // Only the weights change: the encoder's shared context (tokenizer, settings) stays.
         let model = self.encoder.model().clone();
         let model = self.optim.step(lr, model, grads);
         self.encoder.set_model(model);
+        log::debug!(
+            "optimizer step: gradients clipped in {:.1} ms (their norm read back), the update \
+             issued in {:.1} ms",
+            clipped.as_secs_f64() * 1e3,
+            (start.elapsed() - clipped).as_secs_f64() * 1e3
+        );
         Ok((loss_sum / group.len() as f32, rows))
     }
+}
+
+/// Texts per training pass: `batch.texts_per_pass` if set; else on the CPU the encoder's
+/// `encode_batch_size` (`None`: the passes stay as they were, and with them the CPU's
+/// dropout draws and results), on a GPU device at least [`GPU_TEXTS_PER_PASS`].
+fn training_pass_texts(config: &TrainConfig, cpu: bool) -> Option<usize> {
+    config
+        .batch
+        .texts_per_pass
+        .or_else(|| (!cpu).then(|| GPU_TEXTS_PER_PASS.max(config.encoder.encode_batch_size)))
 }
 
 /// One line saying which model trains into which output directory, with the seed, the epochs
@@ -820,4 +840,23 @@ pub fn describe(config: &TrainConfig) -> String {
         config.epochs,
         config.batch.records
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU keeps its passes unless told; a GPU device puts at least
+    /// `GPU_TEXTS_PER_PASS` texts in one; `batch.texts_per_pass` decides on both.
+    #[test]
+    fn texts_per_training_pass_by_device() {
+        let mut cfg = TrainConfig::new(".", "Cargo.toml", "out");
+        assert_eq!(training_pass_texts(&cfg, true), None);
+        assert_eq!(training_pass_texts(&cfg, false), Some(GPU_TEXTS_PER_PASS));
+        cfg.encoder.encode_batch_size = 500;
+        assert_eq!(training_pass_texts(&cfg, false), Some(500));
+        cfg.batch.texts_per_pass = Some(7);
+        assert_eq!(training_pass_texts(&cfg, true), Some(7));
+        assert_eq!(training_pass_texts(&cfg, false), Some(7));
+    }
 }

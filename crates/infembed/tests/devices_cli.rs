@@ -284,7 +284,8 @@ fn compare(a: &serde_json::Value, b: &serde_json::Value, at: &str, n: &mut usize
     }
 }
 
-/// By default the linear layers' products go to this project's blocked kernel, `--matmul
+/// By default the linear layers' products go to this project's blocked kernel (`blocked_split`,
+/// which does not split products as small as the tiny model's), `--matmul
 /// naive` sends them to cubek's naive routine, and `--matmul burn` to burn's own `matmul`:
 /// cubecl's own kernel log shows each kernel (and not the others'), and the embeddings equal
 /// the CPU's. The LayerNorms run as this project's one kernel in every case. On the CPU,

@@ -347,18 +347,12 @@ impl BertModel {
             return Tensor::zeros([b, l, d], &device);
         }
         let e = &self.embeddings;
-        let t = packing.len();
-        let x = e
-            .word_embeddings
-            .forward(packing.pack_ids(input.input_ids.clone()))
-            + e.position_embeddings.forward(packing.positions())
-            + e.token_type_embeddings
-                .forward(packing.pack_ids(input.token_type_ids.clone()));
+        let (words, types) = packing.token_rows(&input.input_ids, &input.token_type_ids);
+        let x = ops::embedding(&e.word_embeddings, &words)
+            + ops::embedding(&e.position_embeddings, packing.position_rows())
+            + ops::embedding(&e.token_type_embeddings, &types);
         let eps = self.layer_norm_eps;
-        let mut x = dropout(
-            &e.dropout,
-            layer_norm(&e.layer_norm, eps, x.reshape([t, d])),
-        );
+        let mut x = dropout(&e.dropout, layer_norm(&e.layer_norm, eps, x));
         for layer in &self.encoder.layer {
             let ctx = layer.attention.self_attn.forward(&x, packing);
             let h = layer.attention.output.forward(ctx, x, eps);

@@ -8,6 +8,10 @@ use crate::ops::Packing;
 ///
 /// Shapes: every tensor is `[B, L]` where `L` is the longest row of THIS batch (never a
 /// global maximum). Padding is on the right for encoders and on the left for decoders.
+///
+/// The packed layout keeps the host's copy of the ids given to [`BackboneInput::from_ids`],
+/// and the BERT family looks its embeddings up by that copy: to run other ids, make a new
+/// input rather than replacing `input_ids` or `token_type_ids`.
 #[derive(Debug, Clone)]
 pub struct BackboneInput {
     /// Token ids (padding positions hold the pad id).
@@ -64,7 +68,7 @@ impl BackboneInput {
                 flat_pad[at] = false;
             }
         }
-        let packing = Packing::new(&flat_pad, b, l, device);
+        let packing = Packing::new(&flat_pad, b, l, device).with_tokens(&flat_ids, &flat_types);
         Self {
             input_ids: Tensor::from_data(TensorData::new(flat_ids, [b, l]), device),
             token_type_ids: Tensor::from_data(TensorData::new(flat_types, [b, l]), device),
@@ -86,7 +90,8 @@ mod tests {
     fn input_carries_the_packed_layout_of_its_rows() {
         let device = Device::flex();
         let ids: Vec<Vec<u32>> = vec![vec![5, 6, 7], vec![8], vec![9, 10]];
-        let types: Vec<Vec<u32>> = ids.iter().map(|r| vec![0; r.len()]).collect();
+        let types: Vec<Vec<u32>> = vec![vec![0, 0, 1], vec![1], vec![0, 1]];
+        let ints = |t: Tensor<1, Int>| t.into_data().try_to_vec_as::<i64>().expect("ints");
         for pad_left in [false, true] {
             let input = BackboneInput::from_ids(&ids, &types, 0, pad_left, &device);
             assert_eq!(input.lengths, vec![3, 1, 2]);
@@ -115,6 +120,34 @@ mod tests {
                 vec![0, 1, 2, 0, 0, 1]
             };
             assert_eq!(positions, want);
+            // the embedding lookups made from the host's ids equal the device's gathers of the
+            // padded ids, and carry the same ids on the host
+            let (words, kinds) = input
+                .packing
+                .token_rows(&input.input_ids, &input.token_type_ids);
+            let t = input.packing.len();
+            for (lookup, padded) in [(words, &input.input_ids), (kinds, &input.token_type_ids)] {
+                let gathered = ints(input.packing.pack_ids(padded.clone()).reshape([t]));
+                let host: Vec<i64> = lookup
+                    .host
+                    .as_deref()
+                    .expect("host ids")
+                    .iter()
+                    .map(|&i| i64::from(i))
+                    .collect();
+                assert_eq!(ints(lookup.ids), gathered, "left padding {pad_left}");
+                assert_eq!(host, gathered, "left padding {pad_left}");
+            }
+            let position_rows = input.packing.position_rows();
+            let host: Vec<i64> = position_rows
+                .host
+                .as_deref()
+                .expect("host positions")
+                .iter()
+                .map(|&i| i64::from(i))
+                .collect();
+            assert_eq!(ints(position_rows.ids.clone()), want);
+            assert_eq!(host, want);
             let flags = input
                 .padding
                 .into_data()

@@ -31,6 +31,8 @@ const UNITS: usize = 256;
 mod kernel {
     use cubecl::prelude::*;
 
+    use crate::ops::cube_kit::kernel::flat_unit;
+
     /// A bijective mix of 32 bits (two multiply-xorshift rounds).
     #[cube]
     fn mix(h: u32) -> u32 {
@@ -67,7 +69,7 @@ mod kernel {
         #[comptime] units: usize,
         #[define(F)] _dtype: ElemType,
     ) {
-        let i = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * units + UNIT_POS as usize;
+        let i = flat_unit(units);
         if i < n {
             let kept = hash(key, u32::cast_from(i)) < threshold;
             let v = f32::cast_from(x[i * x.stride(0)]);

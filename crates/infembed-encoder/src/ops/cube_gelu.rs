@@ -32,7 +32,7 @@ const UNITS: usize = 256;
 mod kernel {
     use cubecl::prelude::*;
 
-    use crate::ops::cube_kit::kernel::normal_cdf;
+    use crate::ops::cube_kit::kernel::{flat_unit, normal_cdf};
 
     /// `1 / sqrt(2)`, and `1 / sqrt(2 pi)` (the normal density's factor).
     const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
@@ -41,7 +41,7 @@ mod kernel {
     /// axes), as `(row, column, inside)`.
     #[cube]
     fn position(rows: usize, d: usize, #[comptime] units: usize) -> (usize, usize, bool) {
-        let index = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * units + UNIT_POS as usize;
+        let index = flat_unit(units);
         let inside = index < rows * d;
         let at = select(inside, index, 0);
         (at / d, at % d, inside)

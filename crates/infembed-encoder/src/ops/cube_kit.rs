@@ -64,6 +64,14 @@ where
 pub(super) mod kernel {
     use cubecl::prelude::*;
 
+    /// The unit's index among all of a launch's units, `units` a cube, the cubes laid out by
+    /// [`super::cube_count`] (on a second axis past wgpu's limit on one): for the kernels that
+    /// give each unit one element or one (row, column) pair.
+    #[cube]
+    pub(in crate::ops) fn flat_unit(#[comptime] units: usize) -> usize {
+        (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * units + UNIT_POS as usize
+    }
+
     /// The standard normal distribution function `Φ(z) = (1 + erf(z / sqrt 2)) / 2`: exact
     /// (erf) GELU is `z Φ(z)` (the bias + GELU kernel, the blocked product's epilogue).
     #[cube]

@@ -21,6 +21,8 @@ const UNITS: usize = 256;
 mod kernel {
     use cubecl::prelude::*;
 
+    use crate::ops::cube_kit::kernel::flat_unit;
+
     /// `out[r, c] = x[index[r], c]`, zero where `index[r]` is past `x`'s last row: `x`
     /// `[N, d]` and `out` `[M, d]` with any strides, `index` `[M]`.
     #[allow(clippy::too_many_arguments)]
@@ -35,7 +37,7 @@ mod kernel {
         #[define(I)] _int: ElemType,
     ) {
         let d = out.shape(1);
-        let i = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize * units + UNIT_POS as usize;
+        let i = flat_unit(units);
         if i < rows * d {
             let (r, c) = (i / d, i % d);
             let source = usize::cast_from(index[r * index.stride(0)]);
@@ -50,7 +52,7 @@ mod kernel {
 }
 
 /// The kernel's type of an integer index tensor's elements.
-fn int_elem(dtype: DType) -> Option<ElemType> {
+pub(super) fn int_elem(dtype: DType) -> Option<ElemType> {
     Some(match dtype {
         DType::I64 => ElemType::Int(IntKind::I64),
         DType::I32 => ElemType::Int(IntKind::I32),

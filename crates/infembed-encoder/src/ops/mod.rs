@@ -18,6 +18,8 @@ pub(crate) mod blocked;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 mod cube_dropout;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+mod cube_embed;
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 mod cube_gelu;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 mod cube_kit;
@@ -35,7 +37,7 @@ mod packing;
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 pub(crate) mod routed;
 
-use burn::nn::{Dropout, LayerNorm, Linear};
+use burn::nn::{Dropout, Embedding, LayerNorm, Linear};
 use burn::prelude::*;
 use burn::tensor::activation;
 
@@ -44,7 +46,7 @@ pub(crate) use attention::attention_with_dropout;
 pub(crate) use attention::{
     FusedQkv, attention, key_padding_mask, merge_heads, self_attention, split_heads,
 };
-pub(crate) use packing::Packing;
+pub(crate) use packing::{Lookup, Packing};
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -54,6 +56,30 @@ use crate::cpu::linear::{Float, QuantLinear, try_linear, try_linear_in, try_line
 use crate::cpu::norm::try_layer_norm;
 use crate::device::Quantization;
 use crate::routine::MatmulRoutine;
+
+/// The rows of `table` that `rows` names: `table.forward(ids)`. On an autodiff graph of
+/// cubecl tensors whose ids the host holds, one gather whose backward step sums the gradient
+/// rows of each id in parallel ([`cube_embed`]) instead of burn's scatter, which walks every
+/// row with one unit per column; the same values (and on the CPU the same operations) as
+/// burn's embedding.
+///
+/// # Shapes
+/// - `table`: `[V, d]`
+/// - `rows.ids`: `[T]`
+/// - output: `[T, d]`
+pub(crate) fn embedding(table: &Embedding, rows: &Lookup) -> Tensor<2> {
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    if let Some(host) = &rows.host
+        && let Some(y) = cube_embed::try_lookup(&table.weight.val(), &rows.ids, host)
+    {
+        return y;
+    }
+    let [t] = rows.ids.dims();
+    let d = table.weight.dims()[1];
+    table
+        .forward(rows.ids.clone().unsqueeze::<2>())
+        .reshape([t, d])
+}
 
 /// `layer.forward(x)`: `x W + b` over the last dimension of `x`.
 ///

@@ -17,7 +17,7 @@
 //! autodiff the moves here are therefore one operation whose backward step is the inverse
 //! gather, on every backend (the same values: each row's gradient is copied, not summed).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 use burn::backend::Cube;
@@ -51,8 +51,51 @@ pub(crate) struct Packing {
     gather: Tensor<1, Int>,
     /// `[B L]`: the packed row of each padded position, `T` on padding.
     scatter: Tensor<1, Int>,
-    /// `[1, T]`: each packed row's column `t` in its padded row.
-    positions: Tensor<2, Int>,
+    /// `[T]`: each packed row's column `t` in its padded row, as a lookup of the position
+    /// table.
+    position_rows: Lookup,
+    /// The packed rows' token ids and token-type ids on the host, when the batch was made
+    /// from host ids ([`Packing::with_tokens`]).
+    tokens: Option<HostTokens>,
+    /// Their lookups, uploaded on first use (models that do not look them up here upload
+    /// nothing).
+    token_rows: OnceLock<(Lookup, Lookup)>,
+}
+
+/// The packed rows' token ids and token-type ids on the host.
+#[derive(Debug, Clone)]
+struct HostTokens {
+    ids: Arc<[u32]>,
+    types: Arc<[u32]>,
+}
+
+/// The rows of an embedding table that the packed rows read, `[T]`, on the device and, where
+/// the batch was made on the host, there too: [`super::embedding`] then sums the table's
+/// gradient by id with a plan made from the host's copy ([`super::cube_embed`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Lookup {
+    /// `[T]` table rows on the batch's device.
+    pub(crate) ids: Tensor<1, Int>,
+    /// The same on the host (read by the cubecl builds' lookup only).
+    #[cfg_attr(
+        not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))),
+        allow(dead_code)
+    )]
+    pub(crate) host: Option<Arc<[u32]>>,
+}
+
+impl Lookup {
+    /// The lookup of the table rows `rows`, uploaded to `device`.
+    fn from_host(rows: Arc<[u32]>, device: &Device) -> Self {
+        Self {
+            ids: index(
+                rows.iter().map(|&r| r as usize).collect(),
+                [rows.len()],
+                device,
+            ),
+            host: Some(rows),
+        }
+    }
 }
 
 /// `v` as an integer tensor of `shape` (which must hold `v.len()` elements).
@@ -87,7 +130,16 @@ impl Packing {
         for (r, &p) in rows.iter().enumerate() {
             scatter[p] = r;
         }
-        let positions = rows.iter().map(|&r| r % l.max(1)).collect();
+        let positions: Vec<usize> = rows.iter().map(|&r| r % l.max(1)).collect();
+        let position_rows = Lookup::from_host(
+            // a column is below L, the length of a tokenized text
+            positions
+                .iter()
+                .map(|&p| p as u32)
+                .collect::<Vec<u32>>()
+                .into(),
+            device,
+        );
         Self {
             padding: Tensor::from_data(TensorData::new(pad.to_vec(), [b, l]), device),
             pad: pad.to_vec(),
@@ -98,8 +150,63 @@ impl Packing {
             offsets,
             gather: index(rows, [t], device),
             scatter: index(scatter, [b * l], device),
-            positions: index(positions, [1, t], device),
+            position_rows,
+            tokens: None,
+            token_rows: OnceLock::new(),
         }
+    }
+
+    /// The layout with the packed rows' token ids and token-type ids taken on the host from
+    /// the padded batch's `ids` and `types` (`B * L` each, row-major), uploaded once, so that
+    /// the embedding lookups need no gather on the device and their gradients can be summed by
+    /// id ([`Self::token_rows`]). Ids past `u32` keep the device's gather.
+    pub(crate) fn with_tokens(mut self, ids: &[i64], types: &[i64]) -> Self {
+        let packed = |values: &[i64]| -> Option<Arc<[u32]>> {
+            (values.len() == self.b * self.l)
+                .then(|| {
+                    (0..values.len())
+                        .filter(|&i| !self.pad[i])
+                        .map(|i| u32::try_from(values[i]).ok())
+                        .collect::<Option<Arc<[u32]>>>()
+                })
+                .flatten()
+        };
+        if let (Some(ids), Some(types)) = (packed(ids), packed(types)) {
+            self.tokens = Some(HostTokens { ids, types });
+        }
+        self
+    }
+
+    /// The lookups of the packed rows' token ids and token-type ids: the host's
+    /// ([`Self::with_tokens`]), else gathered on the device from the padded `ids` and
+    /// `types` (`[B, L]`).
+    pub(crate) fn token_rows(
+        &self,
+        ids: &Tensor<2, Int>,
+        types: &Tensor<2, Int>,
+    ) -> (Lookup, Lookup) {
+        if let Some(host) = &self.tokens {
+            let device = self.padding.device();
+            return self
+                .token_rows
+                .get_or_init(|| {
+                    (
+                        Lookup::from_host(host.ids.clone(), &device),
+                        Lookup::from_host(host.types.clone(), &device),
+                    )
+                })
+                .clone();
+        }
+        let on_device = |t: &Tensor<2, Int>| Lookup {
+            ids: self.pack_ids(t.clone()).reshape([self.len()]),
+            host: None,
+        };
+        (on_device(ids), on_device(types))
+    }
+
+    /// The lookup of the position table: each packed row's column in its padded row.
+    pub(crate) fn position_rows(&self) -> &Lookup {
+        &self.position_rows
     }
 
     /// The number `T` of real tokens.
@@ -175,8 +282,9 @@ impl Packing {
     }
 
     /// Each real token's position in its padded row (`0..L`), as one row `[1, T]`.
+    #[cfg(test)]
     pub(crate) fn positions(&self) -> Tensor<2, Int> {
-        self.positions.clone()
+        self.position_rows.ids.clone().reshape([1, self.len()])
     }
 
     /// The padded batch again: packed row `r` back at its position, zeros on padding.
@@ -464,6 +572,8 @@ mod tests {
         let Some(gpu) = crate::test_wgpu("row_moves_on_wgpu_equal_burns_select") else {
             return;
         };
+        // random draws from the process's one generator, which the seeded tests share
+        let _rng = crate::rng_lock();
         row_moves_equal_burns_select_on(&gpu.clone().autodiff());
         // the key mask made once a batch is the fused softmax's (plain and on an autodiff
         // graph: no fallback), with the probabilities of the flags it was made from

@@ -347,7 +347,7 @@ pub(crate) fn try_linear<const D: usize>(
     routine: MatmulRoutine,
     act: Activation,
 ) -> Result<Tensor<D>, Tensor<D>> {
-    // first the cheap check: with `blocked` the default, every linear layer of every device
+    // first the cheap check: with `blocked_split` the default, every linear layer of every device
     // comes here, the CPU's included
     if !routes(routine, &x) {
         return Err(x);
@@ -584,6 +584,8 @@ mod tests {
         else {
             return;
         };
+        // random draws from the process's one generator, which the seeded tests share
+        let _rng = crate::rng_lock();
         let cpu = Device::flex();
         let cpu_layer = LinearConfig::new(48, 40).init(&cpu);
         let layer = on_device(&cpu_layer, &gpu);

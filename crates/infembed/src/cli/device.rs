@@ -25,10 +25,10 @@ pub struct DeviceArgs {
     /// kernel launches per text; docs/devices.md); the CPU does not.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: Option<u32>,
-    /// The matrix-product routine of the linear layers on a GPU device: `blocked` (the
-    /// default, this project's kernel), `burn` (burn's own `matmul`) or one of cubek's by the
-    /// name `infembed devices --probe-matmul` times it under (`double_unit`,
-    /// `simple_cyclic_cmma`, ...; docs/devices.md).
+    /// The matrix-product routine of the linear layers on a GPU device: `blocked_split` (the
+    /// default, this project's kernel; `blocked` without its depth split), `burn` (burn's own
+    /// `matmul`) or one of cubek's by the name `infembed devices --probe-matmul` times it
+    /// under (`double_unit`, `simple_cyclic_cmma`, ...; docs/devices.md).
     #[arg(long, value_parser = parse_matmul)]
     pub matmul: Option<MatmulRoutine>,
 }

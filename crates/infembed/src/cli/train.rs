@@ -26,7 +26,8 @@ pub struct TrainArgs {
     #[arg(long, value_parser = super::device::parse_precision)]
     dtype: Option<infembed::Precision>,
     /// The matrix-product routine of the linear layers on a GPU device (overrides the
-    /// config's `matmul`): `blocked` (the default, this project's kernel), `burn` (burn's own
+    /// config's `matmul`): `blocked_split` (the default, this project's kernel; `blocked`
+    /// without its depth split), `burn` (burn's own
     /// `matmul`) or one of cubek's, as `infembed devices --probe-matmul` names them
     /// (docs/devices.md).
     #[arg(long, value_parser = super::device::parse_matmul)]
