@@ -1047,9 +1047,7 @@ mod tests {
         training.set_training_pass_texts(Some(40));
         assert_eq!(training.pass_texts(), 40);
         assert_eq!(training.config().encode_batch_size, 3);
-        let inference = training
-            .clone()
-            .with_model(training.model().clone(), &plain);
+        let inference = training.with_model(training.model().clone(), &plain);
         assert_eq!(inference.pass_texts(), 3);
         training.set_training_pass_texts(None);
         assert_eq!(training.pass_texts(), 3);

@@ -434,21 +434,25 @@ mod tests {
             }
         }
 
-        // an f16 gradient: table rows of f16, summed in f32
-        let ids: Vec<u32> = (0..300).map(|r| (r % 7) as u32).collect();
-        let g =
-            Tensor::<2>::random([300, 24], Distribution::Normal(0.0, 1.0), &gpu).cast(DType::F16);
-        let host_g = values(g.clone());
-        let got = table_gradient(primitive(g), &ids, 9).expect("a launch");
-        assert_eq!(got.dtype, DType::F16);
-        let got = values(plain::<2>(got));
-        for (id, row) in got.chunks(24).enumerate() {
-            for (c, &x) in row.iter().enumerate() {
-                let want: f32 = (0..300)
-                    .filter(|&r| ids[r] as usize == id)
-                    .map(|r| host_g[r * 24 + c])
-                    .sum();
-                assert!((x - want).abs() <= 2e-3 * want.abs().max(1.0), "{id}, {c}");
+        // an f16 gradient: table rows of f16, summed in f32; ids of one chunk each (written
+        // directly) and ids of 150 rows (partial sums, then the second launch)
+        for modulo in [7, 2] {
+            let ids: Vec<u32> = (0..300).map(|r| (r % modulo) as u32).collect();
+            let g = Tensor::<2>::random([300, 24], Distribution::Normal(0.0, 1.0), &gpu)
+                .cast(DType::F16);
+            let host_g = values(g.clone());
+            let got = table_gradient(primitive(g), &ids, 9).expect("a launch");
+            assert_eq!(got.dtype, DType::F16);
+            let got = values(plain::<2>(got));
+            for (id, row) in got.chunks(24).enumerate() {
+                for (c, &x) in row.iter().enumerate() {
+                    let want: f32 = (0..300)
+                        .filter(|&r| ids[r] as usize == id)
+                        .map(|r| host_g[r * 24 + c])
+                        .sum();
+                    let tolerance = 2e-3 * want.abs().max(1.0);
+                    assert!((x - want).abs() <= tolerance, "% {modulo}: {id}, {c}");
+                }
             }
         }
 

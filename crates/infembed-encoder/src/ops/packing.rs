@@ -130,16 +130,9 @@ impl Packing {
         for (r, &p) in rows.iter().enumerate() {
             scatter[p] = r;
         }
-        let positions: Vec<usize> = rows.iter().map(|&r| r % l.max(1)).collect();
-        let position_rows = Lookup::from_host(
-            // a column is below L, the length of a tokenized text
-            positions
-                .iter()
-                .map(|&p| p as u32)
-                .collect::<Vec<u32>>()
-                .into(),
-            device,
-        );
+        // a column is below L, the length of a tokenized text
+        let positions = rows.iter().map(|&r| (r % l.max(1)) as u32).collect();
+        let position_rows = Lookup::from_host(positions, device);
         Self {
             padding: Tensor::from_data(TensorData::new(pad.to_vec(), [b, l]), device),
             pad: pad.to_vec(),

@@ -30,7 +30,6 @@ impl Filter {
             default: LevelFilter::Info,
             targets: Vec::new(),
         };
-        let mut default = None;
         for item in spec.unwrap_or("").split(',').map(str::trim) {
             match item.split_once('=') {
                 Some((target, level)) => {
@@ -40,15 +39,12 @@ impl Filter {
                 }
                 None => {
                     if let Ok(level) = item.parse() {
-                        default = Some(level);
+                        filter.default = level;
                     } else if !item.is_empty() {
                         filter.targets.push((item.to_owned(), LevelFilter::Trace));
                     }
                 }
             }
-        }
-        if let Some(level) = default {
-            filter.default = level;
         }
         filter
     }
