@@ -294,7 +294,7 @@ pub(crate) struct Embedder<'a> {
 
 impl Embedder<'_> {
     /// Tokenizes (counting truncations) without padding.
-    fn tokenize(&self, texts: &[&str]) -> Result<TokenBatch> {
+    pub(crate) fn tokenize(&self, texts: &[&str]) -> Result<TokenBatch> {
         if texts.is_empty() {
             return Err(Error::InvalidBatch("no texts to encode".into()));
         }
@@ -332,8 +332,24 @@ impl Embedder<'_> {
     ) -> Result<(Tensor<2>, usize)> {
         let start = std::time::Instant::now();
         let batch = self.tokenize(texts)?;
+        Ok((
+            self.pooled_tokens(&batch, batch_size, start),
+            batch.truncated,
+        ))
+    }
+
+    /// Pooled vectors of texts tokenized by [`tokenize`](Self::tokenize) (with this tower's
+    /// maximum length, or another tower's that shares this one's backbone, tokenizer and
+    /// dense layers), as [`pooled_sorted`](Self::pooled_sorted). `start`: when the work
+    /// began, for the debug timing line.
+    pub(crate) fn pooled_tokens(
+        &self,
+        batch: &TokenBatch,
+        batch_size: usize,
+        start: std::time::Instant,
+    ) -> Tensor<2> {
         let tokenized = start.elapsed();
-        let n = texts.len();
+        let n = batch.ids.len();
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(batch.ids[i].len()));
         let forward = |chunk: &[usize]| {
@@ -389,7 +405,7 @@ impl Embedder<'_> {
             inverse[i] = k as i64;
         }
         let inverse = Tensor::<1, Int>::from_data(TensorData::new(inverse, [n]), self.device);
-        Ok((sorted.select(0, inverse), batch.truncated))
+        sorted.select(0, inverse)
     }
 }
 

@@ -25,18 +25,21 @@ use cubecl::ir::{ElemType, FloatKind, Type};
 use cubecl::prelude::BufferArg;
 use cubecl::{CubeCount, CubeDim, calculate_cube_count_elemwise};
 
-use kernel::{adamw_kernel, add_squares_kernel};
+use kernel::{adamw_kernel, add_squares_group, add_squares_kernel};
 
 /// Units of a [`SquareTotal::add`] cube (a power of two: the tree halves it).
 const SQUARE_UNITS: usize = 256;
 /// The most cubes of a [`SquareTotal::add`] launch (each unit sums at most eight elements
 /// below about two million, more above).
 const SQUARE_CUBES: usize = 1_024;
+/// The gradients one [`SquareTotal::add_all`] launch sums (its kernel's slots).
+const SQUARE_GROUP: usize = 8;
 
 mod kernel {
     use cubecl::prelude::*;
 
-    /// One element of AdamW's update (burn-optim's order of operations): the moments
+    /// One element of AdamW's update (burn-optim's order of operations) of the gradient
+    /// `g = grad · grad_scale` (clipping's factor, applied as `mul_scalar` would): the moments
     /// `m = m b1 + g (1 - b1)`, `v = v b2 + g^2 (1 - b2)` (without the old moments on the first
     /// step), then `p (1 - lr wd) - lr (m / c1) / (sqrt(v / c2) + eps)`.
     #[allow(clippy::too_many_arguments)]
@@ -58,6 +61,7 @@ mod kernel {
         epsilon: f32,
         decay: f32,
         lr: f32,
+        grad_scale: f32,
         first: u32,
         len: usize,
     ) {
@@ -65,7 +69,7 @@ mod kernel {
         // which may be rounded up past the tensor's elements
         let i = ABSOLUTE_POS;
         if i < len {
-            let g = grad[i];
+            let g = grad[i] * grad_scale;
             let mut m = g * one_minus_beta_1;
             let mut v = (g * g) * one_minus_beta_2;
             if first == 0 {
@@ -90,15 +94,15 @@ mod kernel {
         len: usize,
         #[comptime] units: usize,
     ) {
+        let sum = squares(x, len, ABSOLUTE_POS, CUBE_COUNT * units);
+        add_cube_sum(sum, total, units);
+    }
+
+    /// The cube's units' `sum`s added through a tree in shared memory (levels unrolled), the
+    /// cube's total added to `total[0]` atomically by its first unit.
+    #[cube]
+    fn add_cube_sum(sum: f32, total: &mut Tensor<Atomic<f32>>, #[comptime] units: usize) {
         let unit = UNIT_POS as usize;
-        let step = CUBE_COUNT * units;
-        let mut sum = 0.0f32;
-        let mut i = ABSOLUTE_POS;
-        while i < len {
-            let v = x[i];
-            sum += v * v;
-            i += step;
-        }
         let mut partial = Shared::<[f32]>::new_slice(units);
         partial[unit] = sum;
         sync_cube();
@@ -113,6 +117,70 @@ mod kernel {
         if unit == 0 {
             total[0].fetch_add(partial[0]);
         }
+    }
+
+    /// The squares of `x[first]`, `x[first + step]`, ... below `len`, summed.
+    #[cube]
+    fn squares(x: &[f32], len: usize, first: usize, step: usize) -> f32 {
+        let mut sum = 0.0f32;
+        let mut i = first;
+        while i < len {
+            let v = x[i];
+            sum += v * v;
+            i += step;
+        }
+        sum
+    }
+
+    /// [`add_squares_kernel`] over up to eight tensors in one launch: the cubes of row `y`
+    /// sum the squares of the first `len_y` elements of `x_y` (`CUBE_COUNT_X · units` units a
+    /// tensor, each summing every so many elements from its position), and each cube adds
+    /// its sum to the total atomically. A slot past the launch's tensors has length 0 (and
+    /// no cubes).
+    #[allow(clippy::too_many_arguments)]
+    #[cube(launch)]
+    pub(super) fn add_squares_group(
+        x0: &[f32],
+        x1: &[f32],
+        x2: &[f32],
+        x3: &[f32],
+        x4: &[f32],
+        x5: &[f32],
+        x6: &[f32],
+        x7: &[f32],
+        len0: usize,
+        len1: usize,
+        len2: usize,
+        len3: usize,
+        len4: usize,
+        len5: usize,
+        len6: usize,
+        len7: usize,
+        total: &mut Tensor<Atomic<f32>>,
+        #[comptime] units: usize,
+    ) {
+        let step = CUBE_COUNT_X as usize * units;
+        let first = CUBE_POS_X as usize * units + UNIT_POS as usize;
+        let which = CUBE_POS_Y;
+        let mut sum = 0.0f32;
+        if which == 0 {
+            sum = squares(x0, len0, first, step);
+        } else if which == 1 {
+            sum = squares(x1, len1, first, step);
+        } else if which == 2 {
+            sum = squares(x2, len2, first, step);
+        } else if which == 3 {
+            sum = squares(x3, len3, first, step);
+        } else if which == 4 {
+            sum = squares(x4, len4, first, step);
+        } else if which == 5 {
+            sum = squares(x5, len5, first, step);
+        } else if which == 6 {
+            sum = squares(x6, len6, first, step);
+        } else if which == 7 {
+            sum = squares(x7, len7, first, step);
+        }
+        add_cube_sum(sum, total, units);
     }
 }
 
@@ -144,13 +212,15 @@ fn buffer(t: &Tensor<1>) -> Option<BufferArg> {
     Some(unsafe { BufferArg::from_raw_parts(p.handle, len) })
 }
 
-/// burn-optim's AdamW step of one parameter tensor as one kernel, when `tensor`, `grad` and the
-/// state are contiguous f32 tensors of a cubecl device (else `None`, and the update was not
-/// made; flattening a non-contiguous input may have copied it). Not for AMSGrad or cautious
+/// burn-optim's AdamW step of one parameter tensor as one kernel, of the gradient `grad` times
+/// `grad_scale` (exactly as `grad.mul_scalar(grad_scale)` then the step), when `tensor`, `grad`
+/// and the state are contiguous f32 tensors of a cubecl device (else `None`, and the update was
+/// not made; flattening a non-contiguous input may have copied it). Not for AMSGrad or cautious
 /// weight decay, which [`AdamWHyper`] cannot express.
 pub(crate) fn adamw_step<const D: usize>(
     hyper: AdamWHyper,
     lr: f64,
+    grad_scale: f64,
     tensor: &Tensor<D>,
     grad: &Tensor<D>,
     state: Option<&AdamWState<D>>,
@@ -205,6 +275,7 @@ pub(crate) fn adamw_step<const D: usize>(
         hyper.epsilon,
         (1.0 - decay_rate) as f32,
         lr as f32,
+        grad_scale as f32,
         u32::from(state.is_none()),
         n,
     );
@@ -263,6 +334,68 @@ impl SquareTotal {
         true
     }
 
+    /// Adds the squares of the elements of every gradient in `grads` that is a contiguous f32
+    /// tensor on the total's device, [`SQUARE_GROUP`] gradients a launch (sorted by size, so
+    /// that a launch's tensors need similar numbers of cubes) where the device binds enough
+    /// buffers to a kernel, else one a launch ([`add`](Self::add)); returns the others, whose
+    /// squares were not added.
+    pub(crate) fn add_all(&self, grads: Vec<Tensor<1>>) -> Vec<Tensor<1>> {
+        let Ok(total) = self.0.clone().try_into_primitive::<Cube>() else {
+            return grads;
+        };
+        let client = total.client.clone();
+        // the slots, the total and the kernel's metadata
+        if (client.properties().hardware.max_bindings as usize) < SQUARE_GROUP + 2 {
+            return grads.into_iter().filter(|g| !self.add(g)).collect();
+        }
+        let (mut taken, mut rest) = (Vec::with_capacity(grads.len()), Vec::new());
+        for g in grads {
+            let n = g.dims()[0];
+            if g.device() != self.0.device() || buffer(&g).is_none() {
+                rest.push(g);
+            } else if n > 0 {
+                taken.push((n, g));
+            }
+        }
+        taken.sort_by_key(|(n, _)| std::cmp::Reverse(*n));
+        for chunk in taken.chunks(SQUARE_GROUP) {
+            let cubes = chunk
+                .iter()
+                .map(|(n, _)| n.div_ceil(SQUARE_UNITS * 8).clamp(1, SQUARE_CUBES))
+                .max()
+                .unwrap_or(1);
+            // the empty slots: the first tensor again, with no elements to read
+            let slot = |i: usize| {
+                buffer(&chunk.get(i).unwrap_or(&chunk[0]).1).expect("checked when taken")
+            };
+            let len = |i: usize| chunk.get(i).map_or(0, |(n, _)| *n);
+            add_squares_group::launch(
+                &client,
+                CubeCount::Static(cubes as u32, chunk.len() as u32, 1),
+                CubeDim::new_1d(SQUARE_UNITS as u32),
+                slot(0),
+                slot(1),
+                slot(2),
+                slot(3),
+                slot(4),
+                slot(5),
+                slot(6),
+                slot(7),
+                len(0),
+                len(1),
+                len(2),
+                len(3),
+                len(4),
+                len(5),
+                len(6),
+                len(7),
+                total.clone().into_tensor_arg(),
+                SQUARE_UNITS,
+            );
+        }
+        rest
+    }
+
     /// The total (read back from the device).
     pub(crate) fn read(self) -> f64 {
         f64::from(self.0.into_scalar::<f32>())
@@ -283,9 +416,10 @@ mod tests {
     }
 
     /// Four steps of the fused update on wgpu (Mesa's software driver in CI) against
-    /// burn-optim's AdamW on the CPU, from the same parameters and gradients: parameters and
-    /// both moments agree to float rounding, the step count too; the CPU's tensors are left to
-    /// burn-optim (no kernel for them).
+    /// burn-optim's AdamW on the CPU, from the same parameters and gradients, two of them
+    /// scaled (clipping's factor: `mul_scalar` then burn-optim's step on the CPU): parameters
+    /// and both moments agree to float rounding, the step count too; the CPU's tensors are
+    /// left to burn-optim (no kernel for them).
     #[test]
     fn fused_adamw_steps_equal_burn_optims_adamw_on_the_cpu() {
         let gpu = match DeviceSpec::Wgpu(None).device() {
@@ -324,7 +458,7 @@ mod tests {
         let (mut p_cpu, mut p_gpu) = (on(&start, &cpu), on(&start, &gpu));
         let (mut s_cpu, mut s_gpu) = (None, None);
         assert!(
-            adamw_step(hyper, 1e-3, &p_cpu, &p_cpu, None).is_none(),
+            adamw_step(hyper, 1e-3, 1.0, &p_cpu, &p_cpu, None).is_none(),
             "the CPU runs burn-optim's AdamW"
         );
         for step in 0..4 {
@@ -332,8 +466,9 @@ mod tests {
             let scale = [1.0, 1e-3, 0.3, 1e-6][step];
             let g = random(scale);
             let lr = 1e-3 * (step + 1) as f64;
-            let (p, s) = burn.step(lr, p_cpu, on(&g, &cpu), s_cpu);
-            let (q, t) = adamw_step(hyper, lr, &p_gpu, &on(&g, &gpu), s_gpu.as_ref())
+            let clip = [1.0, 0.37, 1.0, 2.5e-2][step];
+            let (p, s) = burn.step(lr, p_cpu, on(&g, &cpu).mul_scalar(clip), s_cpu);
+            let (q, t) = adamw_step(hyper, lr, clip, &p_gpu, &on(&g, &gpu), s_gpu.as_ref())
                 .expect("a wgpu f32 tensor takes the fused kernel");
             let s = s.unwrap();
             assert_eq!(s.momentum.time, t.momentum.time);
@@ -404,6 +539,41 @@ mod tests {
         assert!(
             SquareTotal::on(&Device::flex()).is_none(),
             "the CPU sums with burn's ops"
+        );
+    }
+
+    /// On wgpu, the squares of 19 gradients summed eight a launch ([`SquareTotal::add_all`]:
+    /// a last launch with empty slots, sizes from none to several cubes' worth, in no order)
+    /// equal a naive f64 sum on the host; an f16 gradient and a CPU one come back unsummed.
+    #[test]
+    fn squares_of_many_gradients_summed_eight_a_launch_equal_a_naive_sum() {
+        let name = "squares_of_many_gradients_summed_eight_a_launch_equal_a_naive_sum";
+        let gpu = match DeviceSpec::Wgpu(None).device() {
+            Ok(d) => d,
+            Err(e) => return infembed_testkit::wgpu_missing(name, &e).unwrap_or(()),
+        };
+        let Some(total) = SquareTotal::on(&gpu) else {
+            return infembed_testkit::wgpu_missing(name, &"an adapter whose f32 atomics add")
+                .unwrap_or(());
+        };
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let mut expected = 0f64;
+        let mut grads = Vec::new();
+        for i in 0..19usize {
+            let n = [0, 1, 384, 5_000, 70_001][i % 5] + i;
+            let v: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+            expected += v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>();
+            grads.push(Tensor::<1>::from_data(TensorData::new(v, [n]), &gpu));
+        }
+        grads.insert(4, Tensor::<1>::ones([3], &gpu).cast(DType::F16));
+        grads.insert(9, Tensor::<1>::ones([3], &Device::flex()));
+        let rest = total.add_all(grads);
+        assert_eq!(rest.len(), 2, "the f16 and the CPU gradients");
+        assert!(rest.iter().all(|g| g.dims() == [3]));
+        let got = total.read();
+        assert!(
+            ((got - expected) / expected).abs() < 1e-5,
+            "{got} against {expected}"
         );
     }
 }

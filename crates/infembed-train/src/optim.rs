@@ -21,7 +21,32 @@ use crate::config::{OptimizerConfig, Schedule};
 /// parameter tensor on its own, while [`clip_global_norm`] scales all gradients together as
 /// torch's `clip_grad_norm_` (and so sentence-transformers) does.
 pub fn adamw(config: &OptimizerConfig) -> ModuleOptimizer {
-    ModuleOptimizer::from(AdamW {
+    adamw_with_grad_scale(config).0
+}
+
+/// The factor every gradient is multiplied by in [`adamw`]'s next steps (1 unless set): the
+/// trainer's clipping factor, applied as each tensor is updated instead of by a pass over
+/// all gradients first (on a GPU, inside the fused update's kernel: one launch per parameter
+/// tensor saved; elsewhere by `mul_scalar`, the values the pass would give).
+#[derive(Clone, Debug)]
+pub(crate) struct GradScale(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl GradScale {
+    pub(crate) fn set(&self, factor: f64) {
+        self.0
+            .store(factor.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// [`adamw`] and the handle of its gradients' factor.
+pub(crate) fn adamw_with_grad_scale(config: &OptimizerConfig) -> (ModuleOptimizer, GradScale) {
+    let scale = GradScale(std::sync::Arc::new(1f64.to_bits().into()));
+    let optim = ModuleOptimizer::from(AdamW {
+        grad_scale: scale.clone(),
         burn: AdamWConfig::new()
             .with_beta_1(config.beta1)
             .with_beta_2(config.beta2)
@@ -35,7 +60,8 @@ pub fn adamw(config: &OptimizerConfig) -> ModuleOptimizer {
             epsilon: config.epsilon,
             weight_decay: config.weight_decay,
         },
-    })
+    });
+    (optim, scale)
 }
 
 /// [`adamw`]'s optimizer: burn-optim's AdamW, its update fused into one kernel per tensor on
@@ -43,6 +69,7 @@ pub fn adamw(config: &OptimizerConfig) -> ModuleOptimizer {
 #[derive(Clone)]
 struct AdamW {
     burn: BurnAdamW,
+    grad_scale: GradScale,
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     hyper: crate::fused::AdamWHyper,
 }
@@ -57,12 +84,18 @@ impl Optimizer for AdamW {
         grad: Tensor<D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
+        let scale = self.grad_scale.get();
         #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
         if let Some((tensor, state)) =
-            crate::fused::adamw_step(self.hyper, lr, &tensor, &grad, state.as_ref())
+            crate::fused::adamw_step(self.hyper, lr, scale, &tensor, &grad, state.as_ref())
         {
             return (tensor, Some(state));
         }
+        let grad = if scale == 1.0 {
+            grad
+        } else {
+            grad.mul_scalar(scale)
+        };
         self.burn.step(lr, tensor, grad, state)
     }
 
@@ -104,6 +137,20 @@ struct SquaredNorm<'a> {
     /// until the first gradient says which device).
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     device_total: Option<Option<crate::fused::SquareTotal>>,
+    /// The gradients (flattened) whose squares the device total will sum, several a launch.
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    pending: Vec<Tensor<1>>,
+}
+
+impl SquaredNorm<'_> {
+    /// Adds the squares of `g` to the sum through burn's ops.
+    fn add_with_burn<const D: usize>(&mut self, g: Tensor<D>) {
+        let s = g.square().sum();
+        self.sum = Some(match self.sum.take() {
+            Some(acc) => acc + s,
+            None => s,
+        });
+    }
 }
 
 impl ModuleVisitor for SquaredNorm<'_> {
@@ -114,15 +161,13 @@ impl ModuleVisitor for SquaredNorm<'_> {
                 let total = self
                     .device_total
                     .get_or_insert_with(|| crate::fused::SquareTotal::on(&g.device()));
-                if total.as_ref().is_some_and(|t| t.add(&g)) {
+                if total.is_some() {
+                    let n = g.shape().num_elements();
+                    self.pending.push(g.reshape([n]));
                     return;
                 }
             }
-            let s = g.square().sum();
-            self.sum = Some(match self.sum.take() {
-                Some(acc) => acc + s,
-                None => s,
-            });
+            self.add_with_burn(g);
         }
     }
 }
@@ -147,8 +192,17 @@ pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
         sum: None,
         #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
         device_total: None,
+        #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+        pending: Vec::new(),
     };
     module.visit(&mut v);
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    if let Some(Some(total)) = &v.device_total {
+        // eight gradients a launch; the ones the kernel does not take go to burn's ops
+        for g in total.add_all(std::mem::take(&mut v.pending)) {
+            v.add_with_burn(g);
+        }
+    }
     let sum = v.sum.map_or(0.0, |s| f64::from(s.into_scalar::<f32>()));
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     let sum = sum + v.device_total.flatten().map_or(0.0, |t| t.read());
@@ -164,17 +218,82 @@ pub fn scale_grads<M: Module>(module: &M, grads: &mut GradientsParams, factor: f
 /// Scales the gradients so that their global L2 norm is at most `max_norm` (torch's
 /// `clip_grad_norm_`, with its `1e-6` guard). Returns the norm before clipping.
 pub fn clip_global_norm<M: Module>(module: &M, grads: &mut GradientsParams, max_norm: f32) -> f64 {
-    let norm = global_norm(module, grads);
-    let coef = f64::from(max_norm) / (norm + 1e-6);
+    let (norm, coef) = clip_factor(module, grads, max_norm);
     if coef < 1.0 {
         scale_grads(module, grads, coef);
     }
     norm
 }
 
+/// The gradients' global L2 norm and the factor [`clip_global_norm`] scales them by (1 when
+/// the norm is within `max_norm`).
+pub(crate) fn clip_factor<M: Module>(
+    module: &M,
+    grads: &GradientsParams,
+    max_norm: f32,
+) -> (f64, f64) {
+    let norm = global_norm(module, grads);
+    let coef = f64::from(max_norm) / (norm + 1e-6);
+    (norm, coef.min(1.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn::nn::{Linear, LinearConfig};
+    use burn::optim::GradientsParams;
+
+    fn weights(m: &Linear) -> Vec<f32> {
+        let mut v = m.weight.val().into_data().try_to_vec::<f32>().unwrap();
+        v.extend(
+            m.bias
+                .as_ref()
+                .unwrap()
+                .val()
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap(),
+        );
+        v
+    }
+
+    /// Clipping's factor handed to the optimizer ([`GradScale`]) moves the weights bit for
+    /// bit as [`clip_global_norm`]'s pass over the gradients then the step did, over two
+    /// steps (the moments carry the scaled gradients), and is 1 (no clipping) below the
+    /// bound.
+    #[test]
+    fn the_optimizers_clipping_factor_equals_scaling_the_gradients_first() {
+        let device = Device::flex().autodiff();
+        let start = LinearConfig::new(5, 3).init(&device);
+        let x = Tensor::<2>::random([4, 5], burn::tensor::Distribution::Default, &device);
+        let grads_of = |m: &Linear| {
+            let g = m
+                .forward(x.clone())
+                .powf_scalar(2.0)
+                .sum()
+                .mul_scalar(40.0)
+                .backward();
+            GradientsParams::from_grads(g, m)
+        };
+        let config = OptimizerConfig::default();
+        let (mut plain, mut fused) = (adamw(&config), adamw_with_grad_scale(&config));
+        let (mut a, mut b) = (start.clone(), start);
+        let mut clipped = 0;
+        for max in [1.0f32, 0.5, 1e6] {
+            let mut ga = grads_of(&a);
+            let norm = clip_global_norm(&a, &mut ga, max);
+            let gb = grads_of(&b);
+            let (norm_b, factor) = clip_factor(&b, &gb, max);
+            assert_eq!(norm.to_bits(), norm_b.to_bits());
+            clipped += usize::from(factor < 1.0);
+            fused.1.set(factor);
+            a = plain.step(1e-2, a, ga);
+            b = fused.0.step(1e-2, b, gb);
+            fused.1.set(1.0);
+            assert_eq!(weights(&a), weights(&b), "bound {max}");
+        }
+        assert_eq!(clipped, 2, "the first two bounds clip");
+    }
 
     #[test]
     fn schedule_matches_the_hugging_face_formula() {

@@ -28,7 +28,7 @@
 
 use burn::optim::{GradientsAccumulator, GradientsParams};
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use infembed_encoder::{DualEncoder, DualEncoderModel, l2_normalize};
+use infembed_encoder::{BatchTexts, DualEncoder, DualEncoderModel, l2_normalize};
 use infembed_losses::{ContrastiveLoss, LossBatch, NegativeMask};
 
 use crate::batch::TrainBatch;
@@ -109,8 +109,112 @@ pub fn full_batch_step(
         .instruction_rows
         .first()
         .is_some_and(|l| !l.is_empty());
+    let (p, iq, iq_instr, p_extra, texts) = if encoder.shares_training_passes() {
+        shared_passes(encoder, batch, &rows, with_instr)?
+    } else {
+        separate_passes(encoder, batch, &rows, with_instr)?
+    };
+    let lb = loss_batch(p, iq, iq_instr, p_extra, batch, mask_duplicates, &device);
+    let value = loss.forward(&lb);
+    let forward = start.elapsed();
+    // the backward pass is issued before the loss is read back, so that a GPU device computes
+    // the forward pass while the host issues the backward one (the same values either way)
+    let grads = value.clone().mul_scalar(weight).backward();
+    let backward = start.elapsed();
+    let loss_value = scalar(value.inner());
+    log::debug!(
+        "training pass: forward issued in {:.1} ms, backward in {:.1} ms, loss read back after \
+         {:.1} ms more",
+        forward.as_secs_f64() * 1e3,
+        (backward - forward).as_secs_f64() * 1e3,
+        (start.elapsed() - backward).as_secs_f64() * 1e3
+    );
+    Ok(StepGrads {
+        loss: loss_value,
+        grads: GradientsParams::from_grads(grads, encoder.model()),
+        texts,
+    })
+}
+
+/// What a step's passes give the loss: the rows' passages `[N, d]`, their queries `[N, d]`,
+/// the instruction negatives `[N, K, d]`, the mined passages `[M, d]`, and the number of
+/// texts embedded.
+type StepEmbeddings = (
+    Tensor<2>,
+    Tensor<2>,
+    Option<Tensor<3>>,
+    Option<Tensor<2>>,
+    usize,
+);
+
+/// The batch's passages, mined passages and query-side texts through the same forward
+/// passes ([`DualEncoder::embed_sides`]), each distinct text once.
+fn shared_passes(
+    encoder: &DualEncoder,
+    batch: &TrainBatch,
+    rows: &[infembed_encoder::BatchRow<'_>],
+    with_instr: bool,
+) -> Result<StepEmbeddings> {
+    let n = rows.len();
+    let own_pairs = vec![Vec::new(); n];
+    let lists = if with_instr {
+        &batch.instruction_rows
+    } else {
+        &own_pairs
+    };
+    let texts = encoder.batch_texts(rows, lists)?;
+    let own_passages = texts.passages.len();
+    let extras = prefixed_extras(encoder, batch);
+    let m = extras.len();
+    let passages: Vec<&str> = texts
+        .passages
+        .iter()
+        .chain(&extras)
+        .map(String::as_str)
+        .collect();
+    let queries: Vec<&str> = texts.queries.iter().map(String::as_str).collect();
+    let (ep, eq) = encoder.embed_sides(&passages, &queries)?;
+    let (p, iq, iq_instr, p_extra) = assemble(
+        ep.embeddings,
+        eq.embeddings,
+        &texts,
+        (own_passages, m),
+        encoder.device(),
+    );
+    Ok((p, iq, iq_instr, p_extra, passages.len() + queries.len()))
+}
+
+/// The loss's embeddings from those of a batch's distinct texts ([`BatchTexts`]): `ep` the
+/// distinct passages' `[P + M, d]` (the rows' `own` first, then the `M` mined ones), `eq`
+/// the distinct query-side texts' `[Q, d]`. Returns the rows' passages `[N, d]`, their
+/// queries `[N, d]`, the instruction negatives `[N, K, d]` (K > 0) and the mined passages
+/// `[M, d]` (M > 0).
+fn assemble(
+    ep: Tensor<2>,
+    eq: Tensor<2>,
+    texts: &BatchTexts,
+    (own, m): (usize, usize),
+    device: &Device,
+) -> (Tensor<2>, Tensor<2>, Option<Tensor<3>>, Option<Tensor<2>>) {
+    let (n, k, d) = (texts.passage_index.len(), texts.k, ep.dims()[1]);
+    let p = ep.clone().select(0, index(&texts.passage_index, device));
+    let all = eq.select(0, index(&texts.query_index, device));
+    let iq = all.clone().slice([0..n, 0..d]);
+    let iq_instr = (k > 0).then(|| all.slice([n..n * (k + 1), 0..d]).reshape([n, k, d]));
+    let p_extra = (m > 0).then(|| ep.slice([own..own + m, 0..d]));
+    (p, iq, iq_instr, p_extra)
+}
+
+/// The batch's passages, its query-side texts and its mined passages, each side in passes of
+/// its own.
+fn separate_passes(
+    encoder: &DualEncoder,
+    batch: &TrainBatch,
+    rows: &[infembed_encoder::BatchRow<'_>],
+    with_instr: bool,
+) -> Result<StepEmbeddings> {
     let (p, iq, iq_instr, texts) = if with_instr {
-        let e = encoder.encode_batch(&rows, &batch.instruction_rows)?;
+        let e = encoder.encode_batch(rows, &batch.instruction_rows)?;
         (e.p, e.iq, Some(e.iq_instr), e.texts_encoded)
     } else {
         let passages: Vec<&str> = rows.iter().map(|r| r.passage).collect();
@@ -133,27 +237,7 @@ pub fn full_batch_step(
         let refs: Vec<&str> = extras.iter().map(String::as_str).collect();
         Some(encoder.embed_passage_texts(&refs)?.embeddings)
     };
-    let texts = texts + extras.len();
-    let lb = loss_batch(p, iq, iq_instr, p_extra, batch, mask_duplicates, &device);
-    let value = loss.forward(&lb);
-    let forward = start.elapsed();
-    // the backward pass is issued before the loss is read back, so that a GPU device computes
-    // the forward pass while the host issues the backward one (the same values either way)
-    let grads = value.clone().mul_scalar(weight).backward();
-    let backward = start.elapsed();
-    let loss_value = scalar(value.inner());
-    log::debug!(
-        "training pass: forward issued in {:.1} ms, backward in {:.1} ms, loss read back after \
-         {:.1} ms more",
-        forward.as_secs_f64() * 1e3,
-        (backward - forward).as_secs_f64() * 1e3,
-        (start.elapsed() - backward).as_secs_f64() * 1e3
-    );
-    Ok(StepGrads {
-        loss: loss_value,
-        grads: GradientsParams::from_grads(grads, encoder.model()),
-        texts,
-    })
+    Ok((p, iq, iq_instr, p_extra, texts + extras.len()))
 }
 
 fn index(v: &[usize], device: &Device) -> Tensor<1, Int> {
@@ -223,9 +307,7 @@ pub fn multi_device_step(
     let device = main.device().clone();
     let main_plain = device.clone().inner();
     let rows = batch.encoder_rows();
-    let n = rows.len();
     let mut texts = main.batch_texts(&rows, &batch.instruction_rows)?;
-    let k = texts.k;
     // The mined passages go after the rows' distinct passages (none equals one of them).
     let own_passages = texts.passages.len();
     let extras = prefixed_extras(main, batch);
@@ -265,19 +347,13 @@ pub fn multi_device_step(
     let ep_leaf = Tensor::from_inner(ep).require_grad();
     let eq_leaf = Tensor::from_inner(eq).require_grad();
     let d = ep_leaf.dims()[1];
-    let p = ep_leaf
-        .clone()
-        .select(0, index(&texts.passage_index, &device));
-    let all = eq_leaf
-        .clone()
-        .select(0, index(&texts.query_index, &device));
-    let iq = all.clone().slice([0..n, 0..d]);
-    let iq_instr = (k > 0).then(|| all.slice([n..n * (k + 1), 0..d]).reshape([n, k, d]));
-    let p_extra = (m > 0).then(|| {
-        ep_leaf
-            .clone()
-            .slice([own_passages..own_passages + m, 0..d])
-    });
+    let (p, iq, iq_instr, p_extra) = assemble(
+        ep_leaf.clone(),
+        eq_leaf.clone(),
+        &texts,
+        (own_passages, m),
+        &device,
+    );
     let lb = loss_batch(p, iq, iq_instr, p_extra, batch, mask_duplicates, &device);
     let value = loss.forward(&lb);
     let loss_value = scalar(value.clone().inner());

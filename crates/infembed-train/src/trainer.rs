@@ -23,7 +23,7 @@ use crate::batch::{MinedSet, TrainBatch, epoch_batches};
 use crate::checkpoint::{self, HistoryEntry, StepRecord, TrainState};
 use crate::config::{GPU_TEXTS_PER_PASS, TrainConfig};
 use crate::error::{Error, Result};
-use crate::optim::{adamw, clip_global_norm, learning_rate};
+use crate::optim::{GradScale, adamw_with_grad_scale, clip_factor, learning_rate};
 use crate::progress::{self, ProgressMode, ProgressSink, RunInfo, StepInfo};
 use crate::step::{full_batch_step, multi_device_step};
 
@@ -122,6 +122,8 @@ pub struct Trainer {
     /// Every training device (autodiff), the main one (the encoder's) first.
     devices: Vec<Device>,
     optim: ModuleOptimizer,
+    /// The clipping factor `optim` applies to the gradients of its next step.
+    grad_scale: GradScale,
     loss: ContrastiveLoss,
     needs_instructions: bool,
     state: TrainState,
@@ -245,7 +247,7 @@ impl Trainer {
             .iter()
             .map(|d| d.clone().inner().autodiff())
             .collect();
-        let optim = adamw(&config.optimizer);
+        let (optim, grad_scale) = adamw_with_grad_scale(&config.optimizer);
         let per_epoch = steps_per_epoch(&config, records.len());
         let total = config.max_steps.map_or(per_epoch * config.epochs, |m| {
             m.min(per_epoch * config.epochs)
@@ -276,6 +278,7 @@ impl Trainer {
             encoder,
             devices,
             optim,
+            grad_scale,
             loss,
             needs_instructions,
             state,
@@ -798,16 +801,21 @@ impl Trainer {
             loss_sum += out.loss;
             acc.accumulate(self.encoder.model(), out.grads);
         }
-        let mut grads = acc.grads();
+        let grads = acc.grads();
         let start = std::time::Instant::now();
+        // Clipping (torch's clip_grad_norm_): the optimizer multiplies each gradient by the
+        // factor as it updates that tensor (the values of scaling them all first; on a GPU,
+        // no launch of its own).
         if let Some(max) = self.config.optimizer.max_grad_norm {
-            clip_global_norm(self.encoder.model(), &mut grads, max);
+            let (_, factor) = clip_factor(self.encoder.model(), &grads, max);
+            self.grad_scale.set(factor);
         }
         let clipped = start.elapsed();
         let lr = learning_rate(&self.config.optimizer, step, total);
         // Only the weights change: the encoder's shared context (tokenizer, settings) stays.
         let model = self.encoder.model().clone();
         let model = self.optim.step(lr, model, grads);
+        self.grad_scale.set(1.0);
         self.encoder.set_model(model);
         log::debug!(
             "optimizer step: gradients clipped in {:.1} ms (their norm read back), the update \

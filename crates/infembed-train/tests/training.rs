@@ -191,25 +191,60 @@ fn grad_cache_gradients_equal_full_batch_gradients() {
     }
 }
 
-/// The training passes' size (`batch.texts_per_pass`, larger by default on GPU devices) does
-/// not change a step beyond rounding (dropout off): the loss and gradients with one text a
-/// pass, and with the whole batch in one pass, equal those of the default passes.
+/// The training passes' size (`batch.texts_per_pass`, larger by default on GPU devices), and
+/// the passages and queries sharing those passes once it is set, do not change a step beyond
+/// rounding (dropout off): the loss and gradients with one text a pass, and with the whole
+/// batch in one pass, equal those of the default passes (each side in its own), for an
+/// objective with instruction negatives and for one with the P term only and mined passages.
 #[test]
 fn the_texts_per_training_pass_do_not_change_a_step() {
     let _guard = rng_lock();
     let dir = tempfile::tempdir().unwrap();
     let mut encoder = train_encoder_from(&tiny_bert_without_dropout(dir.path()));
-    let recs = records(4);
-    let batch = TrainBatch::new(&recs, &[0, 1, 2, 3], &encoder.config().interaction, 5, 0).unwrap();
-    let l = loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]);
-    let default = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
-    let default_g = grads_of(encoder.model(), &default.grads);
-    for texts in [1, 1000] {
-        encoder.set_training_pass_texts(Some(texts));
-        let step = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
-        assert!((step.loss - default.loss).abs() < 1e-5, "{texts} a pass");
-        let diff = max_rel_diff(&default_g, &grads_of(encoder.model(), &step.grads));
-        assert!(diff < 1e-4, "{texts} a pass: gradients differ by {diff}");
+    let recs = records(6);
+    let rows = [0, 1, 2, 3];
+    let batch = TrainBatch::new(&recs, &rows, &encoder.config().interaction, 5, 0).unwrap();
+    let mined = MinedSet::new(
+        vec![
+            vec![recs[4].document_positive.clone()],
+            vec![recs[5].hard_negative_document_1.clone()],
+            vec![],
+            vec![recs[5].document_positive.clone()],
+            vec![],
+            vec![],
+        ],
+        &recs,
+        1,
+    );
+    let mut p_only = batch.clone().with_mined(&mined, &rows);
+    assert!(!p_only.extra_passages.is_empty());
+    for list in &mut p_only.instruction_rows {
+        list.clear();
+    }
+    for (batch, l) in [
+        (
+            batch,
+            loss(ObjectiveKind::Multivariate, &[Variable::P, Variable::I]),
+        ),
+        (p_only, loss(ObjectiveKind::Univariate, &[Variable::P])),
+    ] {
+        encoder.set_training_pass_texts(None);
+        assert!(!encoder.shares_training_passes());
+        let default = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
+        let default_g = grads_of(encoder.model(), &default.grads);
+        for texts in [1, 1000] {
+            encoder.set_training_pass_texts(Some(texts));
+            assert!(encoder.shares_training_passes());
+            let step = full_batch_step(&encoder, &batch, &l, true, 1.0).unwrap();
+            assert!(
+                (step.loss - default.loss).abs() < 1e-5,
+                "{texts} a pass: loss {} vs {}",
+                step.loss,
+                default.loss
+            );
+            let diff = max_rel_diff(&default_g, &grads_of(encoder.model(), &step.grads));
+            assert!(diff < 1e-4, "{texts} a pass: gradients differ by {diff}");
+        }
     }
     encoder.set_training_pass_texts(None);
 }

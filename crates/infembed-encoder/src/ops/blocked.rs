@@ -120,8 +120,9 @@ pub(crate) struct Epilogue {
 
 /// A launch's comptime layout: its tile, which operands are contiguous along their last
 /// dimension (`lhs` along `K`, `rhs` along `N`), whether the depth is split (the output then
-/// holds each part's f32 sums, `[parts · B, M, N]`, for [`kernel::sum_parts`]), and its
-/// epilogue (none when split: [`kernel::sum_parts`] applies it).
+/// holds each part's f32 sums, `[parts · B, M, N]`, for [`kernel::sum_parts`]), its
+/// epilogue (none when split: [`kernel::sum_parts`] applies it), and whether the output has
+/// one more row, `M`, for the column sums of `rhs` (one batch).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Layout {
     tile: Tile,
@@ -129,6 +130,7 @@ struct Layout {
     rhs_n_major: bool,
     split: bool,
     epilogue: Epilogue,
+    col_sums: bool,
 }
 
 mod kernel {
@@ -283,7 +285,15 @@ mod kernel {
     /// dimensions; split, it is `[parts · B, M, N]`, part `p` of batch `b` at `p · B + b`,
     /// summed by [`sum_parts`]. Each element passes through `layout.epilogue` (the bias `[N]`
     /// is read only when it says so) before it is stored.
-    #[allow(clippy::too_many_arguments)]
+    ///
+    /// With `layout.col_sums` (one batch), the output has one more row, `M`, that receives
+    /// `Σ_k rhs[k, n]` over the cube's run of the depth (the bias gradient beside a linear
+    /// layer's weight gradient `xᵀ g`): the units of the cube's first row add up the `rhs`
+    /// values they read from shared memory anyway, and those of the first block row store
+    /// them, without the epilogue.
+    // the comptime tests (`layout.*`) stay apart from the runtime ones: cubecl expands a
+    // comptime `if` when it builds the kernel
+    #[allow(clippy::too_many_arguments, clippy::collapsible_if)]
     #[cube(launch)]
     pub(super) fn blocked_matmul<F: Float, O: Float>(
         lhs: &Tensor<F>,
@@ -363,6 +373,13 @@ mod kernel {
         }
         let mut a_r = Array::<f32>::new(tm);
         let mut b_r = Array::<f32>::new(tn);
+        // the column sums of `rhs` (with `layout.col_sums`; units of the first row only)
+        let mut col = Array::<f32>::new(tn);
+        #[unroll]
+        for j in 0..tn {
+            col[j] = 0.0;
+        }
+        let sums_columns = ty == 0;
 
         // each unit fetches its share of the next slices into registers while the cube
         // computes on the current ones in shared memory
@@ -399,6 +416,14 @@ mod kernel {
                 for j in 0..tn {
                     b_r[j] = f32::cast_from(b_s[kk * b_row + tx + j * units_x]);
                 }
+                if layout.col_sums {
+                    if sums_columns {
+                        #[unroll]
+                        for j in 0..tn {
+                            col[j] += b_r[j];
+                        }
+                    }
+                }
                 #[unroll]
                 for i in 0..tm {
                     #[unroll]
@@ -422,6 +447,17 @@ mod kernel {
                 if gr < w.m && gj < n {
                     let v = apply_epilogue::<F>(acc[i * tn + j], bias, gj, layout.epilogue);
                     out[out_base + gr * out_m + gj * out_n] = O::cast_from(v);
+                }
+            }
+        }
+        if layout.col_sums {
+            if sums_columns && CUBE_POS_Y == 0 {
+                #[unroll]
+                for j in 0..tn {
+                    let gj = w.col0 + tx + j * units_x;
+                    if gj < n {
+                        out[out_base + w.m * out_m + gj * out_n] = O::cast_from(col[j]);
+                    }
                 }
             }
         }
@@ -546,7 +582,8 @@ thread_local! {
 /// - `lhs`: `[..., M, K]`
 /// - `rhs`: `[..., K, N]`
 /// - `bias`: `[N]`
-/// - output: `[..., M, N]` (the operands' batch dimensions)
+/// - output: `[..., M, N]` (the operands' batch dimensions); with `operands.col_sums`,
+///   `[1, ..., M + 1, N]`, its row `M` the column sums of `rhs`
 pub(crate) fn launch(
     blocking: Blocking,
     operands: Operands,
@@ -561,6 +598,7 @@ pub(crate) fn launch(
         kind,
         bias,
         gelu,
+        col_sums,
     } = operands;
     if lhs.meta.is_tiled()
         || rhs.meta.is_tiled()
@@ -571,11 +609,17 @@ pub(crate) fn launch(
     // rank 2 or more: `routed::launch_affine` checked the operands and made the output
     let shape = out.meta.shape();
     let rank = shape.len();
+    // with the column sums, the output's last row is theirs: `M` is `lhs`'s rows
     let (b, m, n) = (
         shape[..rank - 2].iter().product::<usize>(),
-        shape[rank - 2],
+        shape[rank - 2] - usize::from(col_sums),
         shape[rank - 1],
     );
+    if col_sums && (b != 1 || m == 0 || bias.is_some() || gelu || m != lhs.meta.shape()[rank - 2]) {
+        return Err(LaunchError::Operands(
+            "column sums need one batch, no epilogue and one more output row".into(),
+        ));
+    }
     if b * m * n == 0 {
         return Ok(());
     }
@@ -622,6 +666,7 @@ pub(crate) fn launch(
         split,
         // split, `sum_parts` applies it
         epilogue: if split { Epilogue::default() } else { epilogue },
+        col_sums,
     };
     // without a bias, a one-element stand-in that the kernels do not read
     let bias = match bias {
@@ -632,9 +677,10 @@ pub(crate) fn launch(
     // split, the parts' sums go to an f32 tensor that `sum_parts` adds up into `out` (its
     // cubes counted before anything launches)
     let sums = if split {
-        let sums = burn::tensor::Tensor::<3>::empty([parts * b, m, n], (device, DType::F32));
-        let cubes = super::cube_kit::cube_count((b * m * n).div_ceil(SUM_UNITS))
-            .ok_or_else(|| LaunchError::Operands(format!("{} output elements", b * m * n)))?;
+        let rows = m + usize::from(col_sums);
+        let sums = burn::tensor::Tensor::<3>::empty([parts * b, rows, n], (device, DType::F32));
+        let cubes = super::cube_kit::cube_count((b * rows * n).div_ceil(SUM_UNITS))
+            .ok_or_else(|| LaunchError::Operands(format!("{} output elements", b * rows * n)))?;
         Some((
             super::cube_kit::cube(&sums).ok_or_else(|| {
                 LaunchError::Operands("partial sums off the cubecl device".into())
@@ -815,6 +861,60 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A weight gradient `xᵀ g` and its bias's gradient (the column sums of `g`) from one
+    /// launch ([`routed::launch_with_col_sums`]) on wgpu, against naive f64 sums on the host:
+    /// both tiles, whole and in three parts, `xᵀ` a transposed view as the backward step
+    /// reads it, shapes that are and are not multiples of the blocks; several batches and an
+    /// epilogue are refused.
+    #[test]
+    fn a_weight_gradient_and_its_column_sums_equal_naive_sums() {
+        let Some(gpu) = crate::test_wgpu("a_weight_gradient_and_its_column_sums_equal_naive_sums")
+        else {
+            return;
+        };
+        let _rng = crate::rng_lock();
+        for [m, k, n] in [[64, 300, 128], [37, 513, 70], [130, 40, 129]] {
+            let x = Tensor::<3>::random([1, k, m], Distribution::Normal(0.0, 1.0), &gpu);
+            let g = Tensor::<3>::random([1, k, n], Distribution::Normal(0.0, 1.0), &gpu);
+            let (xv, gv) = (values(x.clone()), values(g.clone()));
+            let mut product = vec![0f32; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    let s: f64 = (0..k)
+                        .map(|c| f64::from(xv[c * m + i]) * f64::from(gv[c * n + j]))
+                        .sum();
+                    product[i * n + j] = s as f32;
+                }
+            }
+            let sums: Vec<f32> = (0..n)
+                .map(|j| (0..k).map(|c| f64::from(gv[c * n + j])).sum::<f64>() as f32)
+                .collect();
+            let xt = x.clone().swap_dims(1, 2);
+            for (tile, parts, launcher) in fixed_launchers(3) {
+                let Launcher::Blocked(blocking) = launcher else {
+                    unreachable!("blocked launchers")
+                };
+                let case = format!("{tile:?} in {parts} parts [{m}, {k}, {n}]");
+                let before = SPLITS.get();
+                let (dw, db) =
+                    routed::launch_with_col_sums(blocking, &xt, &g).expect("an f32 product");
+                assert_eq!(SPLITS.get() - before, usize::from(parts > 1), "{case}");
+                assert_eq!((dw.dims(), db.dims()), ([1, m, n], [n]), "{case}");
+                let diff = max_rel_diff(&product, &values(dw));
+                assert!(diff < 1e-5, "{case}: the product differs by {diff}");
+                let got = db.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+                let diff = max_rel_diff(&sums, &got);
+                assert!(diff < 1e-5, "{case}: the column sums differ by {diff}");
+            }
+        }
+        let blocking = Blocking {
+            tile: None,
+            parts: None,
+        };
+        let two = Tensor::<3>::zeros([2, 8, 8], &gpu);
+        assert!(routed::launch_with_col_sums(blocking, &two, &two).is_err());
     }
 
     /// How a product is split: never when its blocks fill the device twice or its depth is

@@ -83,6 +83,9 @@ pub(crate) struct Operands {
     pub(crate) bias: Option<CubeTensor>,
     /// GELU after the bias (the blocked kernel only).
     pub(crate) gelu: bool,
+    /// The output has one more row, `M`, for the column sums of `rhs` (the blocked kernel
+    /// only; one batch, no bias nor GELU).
+    pub(crate) col_sums: bool,
 }
 
 /// Launches `lhs · rhs` through `launcher` into a new tensor of `lhs`'s type, on `lhs`'s
@@ -154,6 +157,7 @@ pub(crate) fn launch_affine<const D: usize>(
         kind,
         bias: None,
         gelu: false,
+        col_sums: false,
     };
     match launcher {
         Launcher::Cubek(strategy) => {
@@ -172,6 +176,69 @@ pub(crate) fn launch_affine<const D: usize>(
             Ok(out)
         }
     }
+}
+
+/// `lhs · rhs` and the column sums of `rhs` (`Σ_k rhs[..., k, n]`) from one launch of the
+/// blocked kernel, for a linear layer's weight gradient `xᵀ g` and its bias's gradient
+/// (plain cubecl tensors of one float type, one batch; strided views read in place). The
+/// product is rows `0..M` of a new `[..., M + 1, N]` tensor, the sums its row `M` (views
+/// where the device's alignment allows, else burn's copies).
+///
+/// # Shapes
+/// - `lhs`: `[1, ..., M, K]`
+/// - `rhs`: `[1, ..., K, N]`
+/// - output: `[1, ..., M, N]` and `[N]`
+pub(super) fn launch_with_col_sums<const D: usize>(
+    blocking: super::blocked::Blocking,
+    lhs: &Tensor<D>,
+    rhs: &Tensor<D>,
+) -> Result<(Tensor<D>, Tensor<1>), LaunchError> {
+    if D < 2 {
+        return Err(LaunchError::Operands(format!("rank {D} with column sums")));
+    }
+    let (ld, rd) = (lhs.dims(), rhs.dims());
+    let one_batch = ld[..D - 2].iter().all(|&d| d == 1);
+    if !one_batch || ld[..D - 2] != rd[..D - 2] || rd[D - 2] != ld[D - 1] {
+        return Err(LaunchError::Operands(format!(
+            "{ld:?} times {rd:?} with column sums"
+        )));
+    }
+    let kind = match float_kind(lhs.dtype()) {
+        Some(kind) if rhs.dtype() == lhs.dtype() => kind,
+        _ => {
+            return Err(LaunchError::Operands(format!(
+                "{:?} times {:?}",
+                lhs.dtype(),
+                rhs.dtype()
+            )));
+        }
+    };
+    let (m, n) = (ld[D - 2], rd[D - 1]);
+    let mut out_dims = ld;
+    out_dims[D - 2] = m + 1;
+    out_dims[D - 1] = n;
+    let out = Tensor::<D>::empty(out_dims, (&lhs.device(), lhs.dtype()));
+    let cube = |t: &Tensor<D>| {
+        t.clone()
+            .try_into_primitive::<Cube>()
+            .map_err(|e| LaunchError::Operands(format!("not a cubecl tensor: {e:?}")))
+    };
+    let operands = Operands {
+        lhs: cube(lhs)?,
+        rhs: cube(rhs)?,
+        out: cube(&out)?,
+        kind,
+        bias: None,
+        gelu: false,
+        col_sums: true,
+    };
+    super::blocked::launch(blocking, operands, &lhs.device())?;
+    let rows = |r: std::ops::Range<usize>| {
+        let mut ranges: [std::ops::Range<usize>; D] = std::array::from_fn(|i| 0..out_dims[i]);
+        ranges[D - 2] = r;
+        out.clone().slice(ranges)
+    };
+    Ok((rows(0..m), rows(m..m + 1).reshape([n])))
 }
 
 /// `act(y + bias)` of a plain product `y` computed without them: this project's bias + GELU
@@ -334,7 +401,8 @@ pub(crate) fn try_matmul<const D: usize>(
 /// Through the blocked kernel, plain tensors (inference) get the bias and GELU in the
 /// product's own launch. On an autodiff graph, the bias of a layer without activation is
 /// added in the product's launch too, and the product, its two backward products and the
-/// bias's gradient (column sums of [`super::cube_sum`]) are one node; with GELU, bias and
+/// bias's gradient are one node (the bias's gradient from the weight gradient's launch,
+/// [`launch_with_col_sums`], else the column sums of [`super::cube_sum`]); with GELU, bias and
 /// activation are one kernel after the product ([`super::cube_gelu`]), forward and backward.
 /// cubek's routines leave the bias to burn's addition and GELU to that kernel.
 ///
@@ -524,7 +592,8 @@ impl<const D: usize> Backward<Cube, 2> for RoutedMatmul<D> {
 }
 
 /// The backward step of a routed `y = a b + bias` ([`tracked_affine`]): the product's
-/// gradients as [`RoutedMatmul`]'s, the bias's the gradient's column sums.
+/// gradients as [`RoutedMatmul`]'s, the bias's the gradient's column sums; through the
+/// blocked kernel, `b`'s gradient and the bias's from one launch ([`launch_with_col_sums`]).
 #[derive(Debug)]
 struct RoutedAffine<const D: usize>(MatmulRoutine);
 
@@ -534,6 +603,29 @@ impl<const D: usize> Backward<Cube, 3> for RoutedAffine<D> {
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
         let g = plain::<D>(grads.consume::<Cube>(&ops.node));
         let [pa, pb, pc] = ops.parents;
+        // through the blocked kernel, the weight's gradient and the bias's from one launch
+        if let (Some(Launcher::Blocked(blocking)), Some(wb), Some(bc)) =
+            (self.0.launcher(), &pb, &pc)
+        {
+            let at = plain::<D>(ops.state.0.clone()).swap_dims(D - 2, D - 1);
+            let launched =
+                catch_unwind(AssertUnwindSafe(|| launch_with_col_sums(blocking, &at, &g)));
+            match launched {
+                Ok(Ok((dw, dc))) => {
+                    grads.register::<Cube>(wb.id, primitive(dw));
+                    grads.register::<Cube>(bc.id, primitive(dc));
+                    let ids = [pa.map(|node| node.id), None];
+                    product_grads(self.0, ids, ops.state, g, grads);
+                    return;
+                }
+                // the product and the column sums apart, as below
+                Ok(Err(e)) => log::debug!("no column sums in the weight gradient's launch: {e:?}"),
+                Err(p) => log::debug!(
+                    "no column sums in the weight gradient's launch: {}",
+                    panic_message(&p)
+                ),
+            }
+        }
         if let Some(node) = pc {
             let dc = super::cube_sum::gradient_sums(g.clone());
             grads.register::<Cube>(node.id, primitive(dc));
@@ -637,7 +729,12 @@ mod tests {
         for act in [Activation::Identity, Activation::Gelu] {
             let reference = values(act_of(act, layer.forward(x.clone())));
             let burn_grads = grads_of(MatmulRoutine::BURN, act);
-            for name in ["double_unit", "blocked", "simple_cyclic_cmma"] {
+            for name in [
+                "double_unit",
+                "blocked",
+                "blocked_split",
+                "simple_cyclic_cmma",
+            ] {
                 let routine: MatmulRoutine = name.parse().unwrap();
                 let before = fallbacks();
                 let y = try_linear(&layer, x.clone(), routine, act)
