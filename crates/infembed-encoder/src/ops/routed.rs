@@ -88,6 +88,32 @@ pub(crate) struct Operands {
     pub(crate) col_sums: bool,
 }
 
+impl Operands {
+    /// The operands of a plain product into `out` (no bias, GELU or column sums), or
+    /// [`LaunchError::Operands`] for a tensor that is not a plain cubecl one.
+    fn plain<const D: usize>(
+        lhs: &Tensor<D>,
+        rhs: &Tensor<D>,
+        out: &Tensor<D>,
+        kind: FloatKind,
+    ) -> Result<Self, LaunchError> {
+        let cube = |t: &Tensor<D>| {
+            t.clone()
+                .try_into_primitive::<Cube>()
+                .map_err(|e| LaunchError::Operands(format!("not a cubecl tensor: {e:?}")))
+        };
+        Ok(Self {
+            lhs: cube(lhs)?,
+            rhs: cube(rhs)?,
+            out: cube(out)?,
+            kind,
+            bias: None,
+            gelu: false,
+            col_sums: false,
+        })
+    }
+}
+
 /// Launches `lhs · rhs` through `launcher` into a new tensor of `lhs`'s type, on `lhs`'s
 /// device (plain cubecl tensors; strided views such as transposes are read in place). The
 /// leading dimensions are batch dimensions, the same in both operands (not broadcast).
@@ -142,23 +168,10 @@ pub(crate) fn launch_affine<const D: usize>(
             lhs.dtype()
         )));
     };
-    let cube = |t: &Tensor<D>| {
-        t.clone()
-            .try_into_primitive::<Cube>()
-            .map_err(|e| LaunchError::Operands(format!("not a cubecl tensor: {e:?}")))
-    };
     let mut out_dims = ld;
     out_dims[D - 1] = rd[D - 1];
     let out = Tensor::<D>::empty(out_dims, (&lhs.device(), lhs.dtype()));
-    let mut operands = Operands {
-        lhs: cube(lhs)?,
-        rhs: cube(rhs)?,
-        out: cube(&out)?,
-        kind,
-        bias: None,
-        gelu: false,
-        col_sums: false,
-    };
+    let mut operands = Operands::plain(lhs, rhs, &out, kind)?;
     match launcher {
         Launcher::Cubek(strategy) => {
             launch_cubek(strategy, operands)?;
@@ -218,19 +231,9 @@ pub(super) fn launch_with_col_sums<const D: usize>(
     out_dims[D - 2] = m + 1;
     out_dims[D - 1] = n;
     let out = Tensor::<D>::empty(out_dims, (&lhs.device(), lhs.dtype()));
-    let cube = |t: &Tensor<D>| {
-        t.clone()
-            .try_into_primitive::<Cube>()
-            .map_err(|e| LaunchError::Operands(format!("not a cubecl tensor: {e:?}")))
-    };
     let operands = Operands {
-        lhs: cube(lhs)?,
-        rhs: cube(rhs)?,
-        out: cube(&out)?,
-        kind,
-        bias: None,
-        gelu: false,
         col_sums: true,
+        ..Operands::plain(lhs, rhs, &out, kind)?
     };
     super::blocked::launch(blocking, operands, &lhs.device())?;
     let rows = |r: std::ops::Range<usize>| {
