@@ -1,16 +1,18 @@
-//! AdamW's update of one parameter tensor as one GPU kernel, and the squares of a gradient
-//! summed into the global norm's total as another.
+//! AdamW's updates of parameter tensors as GPU kernels, four tensors a launch, and the squares
+//! of gradients summed into the global norm's total, eight a launch.
 //!
 //! burn-optim's AdamW spells the update out in tensor operations: about fourteen kernel launches
 //! per parameter tensor (the two moments, their bias corrections, the square root, the decay,
 //! the step), each reading and writing the whole tensor. all-MiniLM-L6-v2 has 101 parameter
 //! tensors, so on a GPU a step's update alone was some 1,400 launches of the 6,163 the H100's
 //! profile counted (docs/devices.md, "Where a GPU step goes"); PyTorch's AdamW runs fused or
-//! multi-tensor kernels there. Here the same arithmetic, in the same order, runs as one
-//! kernel per tensor on the cubecl devices (`wgpu`, `vulkan`, `cuda`), reading the parameter,
-//! its gradient and both moments once and writing the three results. The state it returns is
-//! burn's own [`AdamWState`], so checkpoints are those of burn's AdamW, and every other device
-//! (the CPU above all: the quickstart's figures are unchanged) runs burn's AdamW itself.
+//! multi-tensor kernels there. Here the same arithmetic, in the same order, runs on the cubecl
+//! devices (`wgpu`, `vulkan`, `cuda`) as one kernel that reads each parameter, its gradient and
+//! both moments once and writes the three results, for four tensors a launch
+//! ([`AdamWUpdates`]: the trainer lets a step's updates wait until four are queued). The
+//! state it returns is burn's own [`AdamWState`], so checkpoints are those of burn's AdamW,
+//! and every other device (the CPU above all: the quickstart's figures are unchanged) runs
+//! burn's AdamW itself.
 //!
 //! The global norm that clipping needs took four launches per gradient through burn's ops
 //! (the squares, a zeroed sum, the sum, the running total): [`SquareTotal::add`] sums a gradient's
@@ -23,9 +25,9 @@ use burn::tensor::{DType, Device, Tensor};
 use cubecl::features::AtomicUsage;
 use cubecl::ir::{ElemType, FloatKind, Type};
 use cubecl::prelude::BufferArg;
-use cubecl::{CubeCount, CubeDim, calculate_cube_count_elemwise};
+use cubecl::{CubeCount, CubeDim};
 
-use kernel::{adamw_kernel, add_squares_group, add_squares_kernel};
+use kernel::{adamw_group, add_squares_group, add_squares_kernel};
 
 /// Units of a [`SquareTotal::add`] cube (a power of two: the tree halves it).
 const SQUARE_UNITS: usize = 256;
@@ -38,13 +40,14 @@ const SQUARE_GROUP: usize = 8;
 mod kernel {
     use cubecl::prelude::*;
 
-    /// One element of AdamW's update (burn-optim's order of operations) of the gradient
+    /// AdamW's update (burn-optim's order of operations) of the first `len` elements of one
+    /// parameter tensor, from element `start` every `step` elements, of the gradient
     /// `g = grad · grad_scale` (clipping's factor, applied as `mul_scalar` would): the moments
     /// `m = m b1 + g (1 - b1)`, `v = v b2 + g^2 (1 - b2)` (without the old moments on the first
-    /// step), then `p (1 - lr wd) - lr (m / c1) / (sqrt(v / c2) + eps)`.
+    /// step, `first == 1`), then `p (1 - lr wd) - lr (m / c1) / (sqrt(v / c2) + eps)`.
     #[allow(clippy::too_many_arguments)]
-    #[cube(launch)]
-    pub(super) fn adamw_kernel(
+    #[cube]
+    fn update(
         param: &[f32],
         grad: &[f32],
         moment_1: &[f32],
@@ -52,23 +55,25 @@ mod kernel {
         param_out: &mut [f32],
         moment_1_out: &mut [f32],
         moment_2_out: &mut [f32],
+        len: usize,
+        first: u32,
+        correction_1: f32,
+        correction_2: f32,
         beta_1: f32,
         one_minus_beta_1: f32,
         beta_2: f32,
         one_minus_beta_2: f32,
-        correction_1: f32,
-        correction_2: f32,
         epsilon: f32,
         decay: f32,
         lr: f32,
         grad_scale: f32,
-        first: u32,
-        len: usize,
+        start: usize,
+        step: usize,
     ) {
         // `len`, not the buffers' lengths: cubecl sizes a buffer argument from its allocation,
         // which may be rounded up past the tensor's elements
-        let i = ABSOLUTE_POS;
-        if i < len {
+        let mut i = start;
+        while i < len {
             let g = grad[i] * grad_scale;
             let mut m = g * one_minus_beta_1;
             let mut v = (g * g) * one_minus_beta_2;
@@ -80,6 +85,169 @@ mod kernel {
             moment_2_out[i] = v;
             let delta = (m / correction_1) / (f32::sqrt(v / correction_2) + epsilon);
             param_out[i] = param[i] * decay - delta * lr;
+            i += step;
+        }
+    }
+
+    /// [`update`] of up to four parameter tensors in one launch: the cubes of row `y` update
+    /// tensor `y` (`CUBE_COUNT_X · CUBE_DIM_X` units, each every so many elements from its
+    /// position), with its own length, first-step flag and bias corrections and the launch's
+    /// shared scalars. A slot past the launch's tensors has length 0 (and no cubes).
+    #[allow(clippy::too_many_arguments)]
+    #[cube(launch)]
+    pub(super) fn adamw_group(
+        param_0: &[f32],
+        grad_0: &[f32],
+        moment_1_0: &[f32],
+        moment_2_0: &[f32],
+        param_out_0: &mut [f32],
+        moment_1_out_0: &mut [f32],
+        moment_2_out_0: &mut [f32],
+        param_1: &[f32],
+        grad_1: &[f32],
+        moment_1_1: &[f32],
+        moment_2_1: &[f32],
+        param_out_1: &mut [f32],
+        moment_1_out_1: &mut [f32],
+        moment_2_out_1: &mut [f32],
+        param_2: &[f32],
+        grad_2: &[f32],
+        moment_1_2: &[f32],
+        moment_2_2: &[f32],
+        param_out_2: &mut [f32],
+        moment_1_out_2: &mut [f32],
+        moment_2_out_2: &mut [f32],
+        param_3: &[f32],
+        grad_3: &[f32],
+        moment_1_3: &[f32],
+        moment_2_3: &[f32],
+        param_out_3: &mut [f32],
+        moment_1_out_3: &mut [f32],
+        moment_2_out_3: &mut [f32],
+        len_0: usize,
+        first_0: u32,
+        correction_1_0: f32,
+        correction_2_0: f32,
+        len_1: usize,
+        first_1: u32,
+        correction_1_1: f32,
+        correction_2_1: f32,
+        len_2: usize,
+        first_2: u32,
+        correction_1_2: f32,
+        correction_2_2: f32,
+        len_3: usize,
+        first_3: u32,
+        correction_1_3: f32,
+        correction_2_3: f32,
+        beta_1: f32,
+        one_minus_beta_1: f32,
+        beta_2: f32,
+        one_minus_beta_2: f32,
+        epsilon: f32,
+        decay: f32,
+        lr: f32,
+        grad_scale: f32,
+    ) {
+        let step = CUBE_COUNT_X as usize * CUBE_DIM_X as usize;
+        let start = CUBE_POS_X as usize * CUBE_DIM_X as usize + UNIT_POS_X as usize;
+        let which = CUBE_POS_Y;
+        if which == 0 {
+            update(
+                param_0,
+                grad_0,
+                moment_1_0,
+                moment_2_0,
+                param_out_0,
+                moment_1_out_0,
+                moment_2_out_0,
+                len_0,
+                first_0,
+                correction_1_0,
+                correction_2_0,
+                beta_1,
+                one_minus_beta_1,
+                beta_2,
+                one_minus_beta_2,
+                epsilon,
+                decay,
+                lr,
+                grad_scale,
+                start,
+                step,
+            );
+        } else if which == 1 {
+            update(
+                param_1,
+                grad_1,
+                moment_1_1,
+                moment_2_1,
+                param_out_1,
+                moment_1_out_1,
+                moment_2_out_1,
+                len_1,
+                first_1,
+                correction_1_1,
+                correction_2_1,
+                beta_1,
+                one_minus_beta_1,
+                beta_2,
+                one_minus_beta_2,
+                epsilon,
+                decay,
+                lr,
+                grad_scale,
+                start,
+                step,
+            );
+        } else if which == 2 {
+            update(
+                param_2,
+                grad_2,
+                moment_1_2,
+                moment_2_2,
+                param_out_2,
+                moment_1_out_2,
+                moment_2_out_2,
+                len_2,
+                first_2,
+                correction_1_2,
+                correction_2_2,
+                beta_1,
+                one_minus_beta_1,
+                beta_2,
+                one_minus_beta_2,
+                epsilon,
+                decay,
+                lr,
+                grad_scale,
+                start,
+                step,
+            );
+        } else if which == 3 {
+            update(
+                param_3,
+                grad_3,
+                moment_1_3,
+                moment_2_3,
+                param_out_3,
+                moment_1_out_3,
+                moment_2_out_3,
+                len_3,
+                first_3,
+                correction_1_3,
+                correction_2_3,
+                beta_1,
+                one_minus_beta_1,
+                beta_2,
+                one_minus_beta_2,
+                epsilon,
+                decay,
+                lr,
+                grad_scale,
+                start,
+                step,
+            );
         }
     }
 
@@ -212,12 +380,220 @@ fn buffer(t: &Tensor<1>) -> Option<BufferArg> {
     Some(unsafe { BufferArg::from_raw_parts(p.handle, len) })
 }
 
-/// burn-optim's AdamW step of one parameter tensor as one kernel, of the gradient `grad` times
-/// `grad_scale` (exactly as `grad.mul_scalar(grad_scale)` then the step), when `tensor`, `grad`
-/// and the state are contiguous f32 tensors of a cubecl device (else `None`, and the update was
-/// not made; flattening a non-contiguous input may have copied it). Not for AMSGrad or cautious
-/// weight decay, which [`AdamWHyper`] cannot express.
-pub(crate) fn adamw_step<const D: usize>(
+/// The parameter tensors one [`AdamWUpdates`] launch updates (its kernel's slots).
+const ADAMW_GROUP: usize = 4;
+/// Units of an [`AdamWUpdates`] cube.
+const ADAMW_UNITS: usize = 256;
+/// The most cubes a tensor of an [`AdamWUpdates`] launch gets (each unit then updates every so
+/// many elements: above about half a million).
+const ADAMW_CUBES: usize = 2_048;
+
+/// One parameter tensor's update waiting for its launch: the flattened parameter, gradient and
+/// moments, the three outputs (allocated, written by the launch), and the tensor's scalars.
+struct Update {
+    tensors: [Tensor<1>; 7],
+    len: usize,
+    first: bool,
+    correction_1: f32,
+    correction_2: f32,
+}
+
+/// The scalars the updates of one launch share.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Shared {
+    beta_1: f32,
+    beta_2: f32,
+    epsilon: f32,
+    decay: f32,
+    lr: f32,
+    grad_scale: f32,
+}
+
+/// burn-optim's AdamW updates of parameter tensors on a cubecl device as kernels that update
+/// [`ADAMW_GROUP`] tensors a launch.
+///
+/// [`push`](Self::push) returns the tensor's new parameter and state at once: tensors whose
+/// launch is still to come, as any tensor of a GPU stream is until its kernel runs. The launch
+/// goes when the group is full, when an update's device or scalars differ from the waiting
+/// ones', or at [`flush`](Self::flush), which must come before anything reads them (the
+/// trainer flushes after each optimizer step).
+#[derive(Default)]
+pub(crate) struct AdamWUpdates {
+    waiting: Vec<Update>,
+    shared: Option<(Device, Shared)>,
+}
+
+impl AdamWUpdates {
+    /// burn-optim's AdamW step of one parameter tensor, of the gradient `grad` times
+    /// `grad_scale` (exactly as `grad.mul_scalar(grad_scale)` then the step), when `tensor`,
+    /// `grad` and the state are contiguous f32 tensors of a cubecl device that binds the
+    /// kernel's buffers (else `None`, and nothing was queued; flattening a non-contiguous input
+    /// may have copied it). Not for AMSGrad or cautious weight decay, which [`AdamWHyper`]
+    /// cannot express.
+    pub(crate) fn push<const D: usize>(
+        &mut self,
+        hyper: AdamWHyper,
+        lr: f64,
+        grad_scale: f64,
+        tensor: &Tensor<D>,
+        grad: &Tensor<D>,
+        state: Option<&AdamWState<D>>,
+    ) -> Option<(Tensor<D>, AdamWState<D>)> {
+        if state.is_some_and(|s| s.momentum.max_moment_2.is_some()) {
+            return None; // AMSGrad: not this kernel's arithmetic
+        }
+        let client = tensor.clone().try_into_primitive::<Cube>().ok()?.client;
+        // the slots' buffers and the kernel's metadata
+        if (client.properties().hardware.max_bindings as usize) < 7 * ADAMW_GROUP + 1 {
+            return None;
+        }
+        let shape = tensor.shape();
+        let n = shape.num_elements();
+        let device = tensor.device();
+        let flat = |t: &Tensor<D>| t.clone().reshape([n]);
+        let (p, g) = (flat(tensor), flat(grad));
+        let (m, v, time) = match state {
+            Some(s) => (
+                flat(&s.momentum.moment_1),
+                flat(&s.momentum.moment_2),
+                s.momentum.time + 1,
+            ),
+            None => (g.clone(), g.clone(), 1),
+        };
+        if [&p, &g, &m, &v].iter().any(|t| buffer(t).is_none()) {
+            return None;
+        }
+        let outputs: [Tensor<1>; 3] =
+            std::array::from_fn(|_| Tensor::<1>::empty([n], (&device, DType::F32)));
+        if outputs.iter().any(|t| buffer(t).is_none()) {
+            return None;
+        }
+        // the scalars as burn-optim computes them (f32 bias corrections; lr and decay in f64,
+        // converted to the tensors' f32 by `mul_scalar`)
+        let t = time as i32;
+        let shared = Shared {
+            beta_1: hyper.beta_1,
+            beta_2: hyper.beta_2,
+            epsilon: hyper.epsilon,
+            decay: (1.0 - lr * f64::from(hyper.weight_decay)) as f32,
+            lr: lr as f32,
+            grad_scale: grad_scale as f32,
+        };
+        if self
+            .shared
+            .as_ref()
+            .is_some_and(|(d, s)| *d != device || *s != shared)
+        {
+            self.flush();
+        }
+        self.shared = Some((device, shared));
+        let [p_out, m_out, v_out] = outputs;
+        self.waiting.push(Update {
+            tensors: [p, g, m, v, p_out.clone(), m_out.clone(), v_out.clone()],
+            len: n,
+            first: state.is_none(),
+            correction_1: 1f32 - hyper.beta_1.powi(t),
+            correction_2: 1f32 - hyper.beta_2.powi(t),
+        });
+        if self.waiting.len() == ADAMW_GROUP {
+            self.flush();
+        }
+        let [p_new, m_new, v_new] = [p_out, m_out, v_out].map(|t| t.reshape::<D, _>(shape.clone()));
+        Some((
+            p_new,
+            AdamWState::new(AdaptiveMomentumState::new(time, m_new, v_new)),
+        ))
+    }
+
+    /// Launches the waiting updates (none: nothing).
+    pub(crate) fn flush(&mut self) {
+        let waiting = std::mem::take(&mut self.waiting);
+        let Some((_, h)) = self.shared.take() else {
+            return;
+        };
+        if waiting.is_empty() {
+            return;
+        }
+        let Ok(client) = waiting[0].tensors[0]
+            .clone()
+            .try_into_primitive::<Cube>()
+            .map(|p| p.client)
+        else {
+            return; // checked when pushed: cubecl tensors
+        };
+        let cubes = waiting
+            .iter()
+            .map(|u| u.len.div_ceil(ADAMW_UNITS).clamp(1, ADAMW_CUBES))
+            .max()
+            .unwrap_or(1);
+        // the empty slots: the first tensor's buffers again, with no elements to touch
+        let at = |k: usize| waiting.get(k).unwrap_or(&waiting[0]);
+        let slot = |k: usize, i: usize| buffer(&at(k).tensors[i]).expect("checked when pushed");
+        let len = |k: usize| waiting.get(k).map_or(0, |u| u.len);
+        adamw_group::launch(
+            &client,
+            CubeCount::Static(cubes as u32, waiting.len() as u32, 1),
+            CubeDim::new_1d(ADAMW_UNITS as u32),
+            slot(0, 0),
+            slot(0, 1),
+            slot(0, 2),
+            slot(0, 3),
+            slot(0, 4),
+            slot(0, 5),
+            slot(0, 6),
+            slot(1, 0),
+            slot(1, 1),
+            slot(1, 2),
+            slot(1, 3),
+            slot(1, 4),
+            slot(1, 5),
+            slot(1, 6),
+            slot(2, 0),
+            slot(2, 1),
+            slot(2, 2),
+            slot(2, 3),
+            slot(2, 4),
+            slot(2, 5),
+            slot(2, 6),
+            slot(3, 0),
+            slot(3, 1),
+            slot(3, 2),
+            slot(3, 3),
+            slot(3, 4),
+            slot(3, 5),
+            slot(3, 6),
+            len(0),
+            u32::from(at(0).first),
+            at(0).correction_1,
+            at(0).correction_2,
+            len(1),
+            u32::from(at(1).first),
+            at(1).correction_1,
+            at(1).correction_2,
+            len(2),
+            u32::from(at(2).first),
+            at(2).correction_1,
+            at(2).correction_2,
+            len(3),
+            u32::from(at(3).first),
+            at(3).correction_1,
+            at(3).correction_2,
+            h.beta_1,
+            1.0 - h.beta_1,
+            h.beta_2,
+            1.0 - h.beta_2,
+            h.epsilon,
+            h.decay,
+            h.lr,
+            h.grad_scale,
+        );
+    }
+}
+
+/// burn-optim's AdamW step of one parameter tensor as one launch ([`AdamWUpdates::push`] then
+/// [`AdamWUpdates::flush`]).
+#[cfg(test)]
+fn adamw_step<const D: usize>(
     hyper: AdamWHyper,
     lr: f64,
     grad_scale: f64,
@@ -225,65 +601,10 @@ pub(crate) fn adamw_step<const D: usize>(
     grad: &Tensor<D>,
     state: Option<&AdamWState<D>>,
 ) -> Option<(Tensor<D>, AdamWState<D>)> {
-    if state.is_some_and(|s| s.momentum.max_moment_2.is_some()) {
-        return None; // AMSGrad: not this kernel's arithmetic
-    }
-    let shape = tensor.shape();
-    let n = shape.num_elements();
-    let device = tensor.device();
-    let flat = |t: &Tensor<D>| t.clone().reshape([n]);
-    let (p, g) = (flat(tensor), flat(grad));
-    let (m, v, time) = match state {
-        Some(s) => (
-            flat(&s.momentum.moment_1),
-            flat(&s.momentum.moment_2),
-            s.momentum.time + 1,
-        ),
-        None => (g.clone(), g.clone(), 1),
-    };
-    let (p_in, g_in, m_in, v_in) = (buffer(&p)?, buffer(&g)?, buffer(&m)?, buffer(&v)?);
-    let outputs: [Tensor<1>; 3] =
-        std::array::from_fn(|_| Tensor::<1>::empty([n], (&device, DType::F32)));
-    let [p_out, m_out, v_out] = outputs.each_ref().map(buffer);
-    let (p_out, m_out, v_out) = (p_out?, m_out?, v_out?);
-
-    // the scalars as burn-optim computes them (f32 bias corrections; lr and decay in f64,
-    // converted to the tensors' f32 by `mul_scalar`)
-    let t = time as i32;
-    let decay_rate = lr * f64::from(hyper.weight_decay);
-
-    let client = p.clone().try_into_primitive::<Cube>().ok()?.client;
-    let cube_dim = CubeDim::new(&client, n);
-    let cube_count: CubeCount = calculate_cube_count_elemwise(&client, n, cube_dim);
-    adamw_kernel::launch(
-        &client,
-        cube_count,
-        cube_dim,
-        p_in,
-        g_in,
-        m_in,
-        v_in,
-        p_out,
-        m_out,
-        v_out,
-        hyper.beta_1,
-        1.0 - hyper.beta_1,
-        hyper.beta_2,
-        1.0 - hyper.beta_2,
-        1f32 - hyper.beta_1.powi(t),
-        1f32 - hyper.beta_2.powi(t),
-        hyper.epsilon,
-        (1.0 - decay_rate) as f32,
-        lr as f32,
-        grad_scale as f32,
-        u32::from(state.is_none()),
-        n,
-    );
-    let [p_new, m_new, v_new] = outputs.map(|t| t.reshape::<D, _>(shape.clone()));
-    Some((
-        p_new,
-        AdamWState::new(AdaptiveMomentumState::new(time, m_new, v_new)),
-    ))
+    let mut updates = AdamWUpdates::default();
+    let out = updates.push(hyper, lr, grad_scale, tensor, grad, state);
+    updates.flush();
+    out
 }
 
 /// The sum of the squares of gradients' elements, accumulated on a cubecl device by
@@ -411,28 +732,21 @@ mod tests {
     use infembed_testkit::max_rel_diff;
     use rand::{Rng, SeedableRng};
 
-    fn values(t: &Tensor<2>) -> Vec<f32> {
+    fn values<const D: usize>(t: &Tensor<D>) -> Vec<f32> {
         t.clone().into_data().convert::<f32>().try_to_vec().unwrap()
     }
 
-    /// Four steps of the fused update on wgpu (Mesa's software driver in CI) against
-    /// burn-optim's AdamW on the CPU, from the same parameters and gradients, two of them
-    /// scaled (clipping's factor: `mul_scalar` then burn-optim's step on the CPU): parameters
-    /// and both moments agree to float rounding, the step count too; the CPU's tensors are
-    /// left to burn-optim (no kernel for them).
-    #[test]
-    fn fused_adamw_steps_equal_burn_optims_adamw_on_the_cpu() {
-        let gpu = match DeviceSpec::Wgpu(None).device() {
-            Ok(d) => d,
-            Err(e) => {
-                return infembed_testkit::wgpu_missing(
-                    "fused_adamw_steps_equal_burn_optims_adamw_on_the_cpu",
-                    &e,
-                )
-                .unwrap_or(());
-            }
-        };
-        let cpu = Device::flex();
+    /// The wgpu device (Mesa's software driver in CI), `None` (a skip, a failure under CI)
+    /// where there is none.
+    fn wgpu(test: &str) -> Option<Device> {
+        match DeviceSpec::Wgpu(None).device() {
+            Ok(d) => Some(d),
+            Err(e) => infembed_testkit::wgpu_missing(test, &e),
+        }
+    }
+
+    /// The hyper-parameters of the tests' AdamW, and burn-optim's AdamW with them.
+    fn adamw_pair() -> (AdamWHyper, burn::optim::AdamW) {
         let hyper = AdamWHyper {
             beta_1: 0.9,
             beta_2: 0.999,
@@ -445,6 +759,21 @@ mod tests {
             .with_epsilon(hyper.epsilon)
             .with_weight_decay(hyper.weight_decay)
             .build();
+        (hyper, burn)
+    }
+
+    /// Four steps of the fused update on wgpu (Mesa's software driver in CI) against
+    /// burn-optim's AdamW on the CPU, from the same parameters and gradients, two of them
+    /// scaled (clipping's factor: `mul_scalar` then burn-optim's step on the CPU): parameters
+    /// and both moments agree to float rounding, the step count too; the CPU's tensors are
+    /// left to burn-optim (no kernel for them).
+    #[test]
+    fn fused_adamw_steps_equal_burn_optims_adamw_on_the_cpu() {
+        let Some(gpu) = wgpu("fused_adamw_steps_equal_burn_optims_adamw_on_the_cpu") else {
+            return;
+        };
+        let cpu = Device::flex();
+        let (hyper, burn) = adamw_pair();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
         let shape = [7, 33];
         let mut random = |scale: f32| -> Vec<f32> {
@@ -489,21 +818,104 @@ mod tests {
         assert!(max_rel_diff(&start, &values(&p_cpu)) > 1e-3);
     }
 
+    /// Grouped updates on wgpu (Mesa's software driver in CI) against burn-optim's AdamW on
+    /// the CPU, two steps of six tensors from one element to more than the kernel's units
+    /// (each unit then updates several elements): groups cut short by a change of clipping's
+    /// factor and by the final flush, and in the second step a full group of four in which a
+    /// tensor's first update goes beside the others' second ones. Parameters and moments agree
+    /// to float rounding.
+    #[test]
+    fn grouped_adamw_updates_equal_burn_optims_adamw_on_the_cpu() {
+        let Some(gpu) = wgpu("grouped_adamw_updates_equal_burn_optims_adamw_on_the_cpu") else {
+            return;
+        };
+        let cpu = Device::flex();
+        let (hyper, burn) = adamw_pair();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let sizes = [1, 7 * 33, ADAMW_UNITS * ADAMW_CUBES + 1_000, 384, 5, 1_536];
+        let mut random = |n: usize, scale: f32| -> Vec<f32> {
+            (0..n).map(|_| rng.random_range(-scale..scale)).collect()
+        };
+        let on = |v: &[f32], d: &Device| {
+            Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), d)
+        };
+        let starts: Vec<Vec<f32>> = sizes.iter().map(|&n| random(n, 0.1)).collect();
+        let mut cpu_params: Vec<_> = starts.iter().map(|v| on(v, &cpu)).collect();
+        let mut gpu_params: Vec<_> = starts.iter().map(|v| on(v, &gpu)).collect();
+        let (mut cpu_states, mut gpu_states) = (vec![None; 6], vec![None; 6]);
+        let mut updates = AdamWUpdates::default();
+        for step in 0..2 {
+            let lr = 1e-3 * (step + 1) as f64;
+            let mut next_cpu = Vec::new();
+            let mut next_gpu = Vec::new();
+            for (k, &n) in sizes.iter().enumerate() {
+                let g = random(n, [1.0, 1e-3][step]);
+                let clip = if k < 4 { 1.0 } else { 0.37 };
+                // the fourth tensor's first update comes in the second step
+                if step == 0 && k == 3 {
+                    next_cpu.push((cpu_params[k].clone(), None));
+                    next_gpu.push((gpu_params[k].clone(), None));
+                    continue;
+                }
+                let (p, s) = burn.step(
+                    lr,
+                    cpu_params[k].clone(),
+                    on(&g, &cpu).mul_scalar(clip),
+                    cpu_states[k].take(),
+                );
+                let (q, t) = updates
+                    .push(
+                        hyper,
+                        lr,
+                        clip,
+                        &gpu_params[k],
+                        &on(&g, &gpu),
+                        gpu_states[k].as_ref(),
+                    )
+                    .expect("a wgpu f32 tensor takes the grouped kernel");
+                next_cpu.push((p, s));
+                next_gpu.push((q, Some(t)));
+            }
+            updates.flush();
+            for (k, ((p, s), (q, t))) in next_cpu.into_iter().zip(next_gpu).enumerate() {
+                if let (Some(s), Some(t)) = (&s, &t) {
+                    assert_eq!(s.momentum.time, t.momentum.time);
+                    for (what, a, b) in [
+                        ("parameters", &p, &q),
+                        ("first moment", &s.momentum.moment_1, &t.momentum.moment_1),
+                        ("second moment", &s.momentum.moment_2, &t.momentum.moment_2),
+                    ] {
+                        let diff = max_rel_diff(&values(a), &values(b));
+                        assert!(
+                            diff < 1e-5,
+                            "step {step}, tensor {k}, {what}: relative difference {diff}"
+                        );
+                    }
+                }
+                cpu_params[k] = p;
+                gpu_params[k] = q;
+                cpu_states[k] = s;
+                gpu_states[k] = t;
+            }
+        }
+        // every tensor moved: the comparisons above were not of unchanged tensors
+        for (k, start) in starts.iter().enumerate() {
+            assert!(
+                max_rel_diff(start, &values(&cpu_params[k])) > 1e-4,
+                "tensor {k}"
+            );
+        }
+        assert_eq!(gpu_states[3].as_ref().unwrap().momentum.time, 1);
+    }
+
     /// On wgpu (Mesa's software driver in CI) the squares of tensors of several shapes
     /// (one element, one cube's worth, more than the cubes' units in all, a transposed view
     /// flattened by a copy) summed into one total equal a naive f64 sum on the host; an f16
     /// tensor and a CPU tensor are declined.
     #[test]
     fn squares_summed_on_the_device_equal_a_naive_sum() {
-        let gpu = match DeviceSpec::Wgpu(None).device() {
-            Ok(d) => d,
-            Err(e) => {
-                return infembed_testkit::wgpu_missing(
-                    "squares_summed_on_the_device_equal_a_naive_sum",
-                    &e,
-                )
-                .unwrap_or(());
-            }
+        let Some(gpu) = wgpu("squares_summed_on_the_device_equal_a_naive_sum") else {
+            return;
         };
         // lavapipe (CI's adapter) adds f32 atomically; another adapter may not (the norm then
         // takes burn's ops): skipped there, a failure under CI

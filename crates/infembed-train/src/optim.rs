@@ -13,40 +13,82 @@ use crate::config::{OptimizerConfig, Schedule};
 /// burn-optim's AdamW with the config's betas, epsilon and decoupled weight decay.
 ///
 /// On the cubecl GPU devices (`wgpu`, `vulkan`, `cuda`; not in a `fusion` build) each
-/// parameter tensor's update runs as one kernel with burn-optim's arithmetic instead of its
-/// fourteen or so tensor operations; everywhere else (the CPU) it is burn-optim's AdamW
+/// parameter tensor's update runs as one kernel launch with burn-optim's arithmetic instead of
+/// its fourteen or so tensor operations; everywhere else (the CPU) it is burn-optim's AdamW
 /// itself. Either way the state is burn-optim's `AdamWState`, so checkpoints are the same.
 ///
 /// Clipping is not delegated to burn-optim: its `GradientClipping::Norm` clips each
 /// parameter tensor on its own, while [`clip_global_norm`] scales all gradients together as
 /// torch's `clip_grad_norm_` (and so sentence-transformers) does.
 pub fn adamw(config: &OptimizerConfig) -> ModuleOptimizer {
-    adamw_with_grad_scale(config).0
+    build_adamw(config, false).0
 }
 
-/// The factor every gradient is multiplied by in [`adamw`]'s next steps (1 unless set): the
-/// trainer's clipping factor, applied as each tensor is updated instead of by a pass over
-/// all gradients first (on a GPU, inside the fused update's kernel: one launch per parameter
-/// tensor saved; elsewhere by `mul_scalar`, the values the pass would give).
-#[derive(Clone, Debug)]
-pub(crate) struct GradScale(std::sync::Arc<std::sync::atomic::AtomicU64>);
+/// The trainer's handle on the optimizer of [`adamw_with_handle`]: the factor every gradient
+/// is multiplied by in the next step (1 unless set: the trainer's clipping factor, applied as
+/// each tensor is updated instead of by a pass over all gradients first; on a GPU inside the
+/// update's kernel, one launch per parameter tensor saved; elsewhere by `mul_scalar`, the
+/// values the pass would give), and on a GPU the updates that wait to be launched four
+/// tensors at a time.
+#[derive(Clone)]
+pub(crate) struct StepHandle {
+    grad_scale: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    updates: std::sync::Arc<std::sync::Mutex<crate::fused::AdamWUpdates>>,
+}
 
-impl GradScale {
-    pub(crate) fn set(&self, factor: f64) {
-        self.0
+impl std::fmt::Debug for StepHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepHandle")
+            .field("grad_scale", &self.grad_scale())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StepHandle {
+    fn new() -> Self {
+        Self {
+            grad_scale: std::sync::Arc::new(1f64.to_bits().into()),
+            #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+            updates: Default::default(),
+        }
+    }
+
+    /// Multiplies the gradients of the next step by `factor`.
+    pub(crate) fn set_grad_scale(&self, factor: f64) {
+        self.grad_scale
             .store(factor.to_bits(), std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn get(&self) -> f64 {
-        f64::from_bits(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    fn grad_scale(&self) -> f64 {
+        f64::from_bits(self.grad_scale.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Ends an optimizer step: launches the updates still waiting (the new parameters and
+    /// moments are not written before) and resets the gradients' factor to 1. To be called
+    /// after every `step` of the handle's optimizer, before its parameters or state are used.
+    pub(crate) fn finish_step(&self) {
+        #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+        self.updates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .flush();
+        self.set_grad_scale(1.0);
     }
 }
 
-/// [`adamw`] and the handle of its gradients' factor.
-pub(crate) fn adamw_with_grad_scale(config: &OptimizerConfig) -> (ModuleOptimizer, GradScale) {
-    let scale = GradScale(std::sync::Arc::new(1f64.to_bits().into()));
+/// [`adamw`] whose GPU updates wait to go four tensors a launch, and its [`StepHandle`]
+/// (whose `finish_step` must follow each step).
+pub(crate) fn adamw_with_handle(config: &OptimizerConfig) -> (ModuleOptimizer, StepHandle) {
+    build_adamw(config, true)
+}
+
+/// [`adamw`], its updates waiting for [`StepHandle::finish_step`] when `grouped`.
+fn build_adamw(config: &OptimizerConfig, grouped: bool) -> (ModuleOptimizer, StepHandle) {
+    let handle = StepHandle::new();
     let optim = ModuleOptimizer::from(AdamW {
-        grad_scale: scale.clone(),
+        handle: handle.clone(),
+        grouped,
         burn: AdamWConfig::new()
             .with_beta_1(config.beta1)
             .with_beta_2(config.beta2)
@@ -61,15 +103,20 @@ pub(crate) fn adamw_with_grad_scale(config: &OptimizerConfig) -> (ModuleOptimize
             weight_decay: config.weight_decay,
         },
     });
-    (optim, scale)
+    (optim, handle)
 }
 
-/// [`adamw`]'s optimizer: burn-optim's AdamW, its update fused into one kernel per tensor on
-/// the cubecl devices.
+/// [`adamw`]'s optimizer: burn-optim's AdamW, its update fused into one kernel (several
+/// tensors a launch when `grouped`) on the cubecl devices.
 #[derive(Clone)]
 struct AdamW {
     burn: BurnAdamW,
-    grad_scale: GradScale,
+    handle: StepHandle,
+    #[cfg_attr(
+        not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))),
+        allow(dead_code)
+    )]
+    grouped: bool,
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     hyper: crate::fused::AdamWHyper,
 }
@@ -84,12 +131,21 @@ impl Optimizer for AdamW {
         grad: Tensor<D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<D>, Option<Self::State<D>>) {
-        let scale = self.grad_scale.get();
+        let scale = self.handle.grad_scale();
         #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-        if let Some((tensor, state)) =
-            crate::fused::adamw_step(self.hyper, lr, scale, &tensor, &grad, state.as_ref())
         {
-            return (tensor, Some(state));
+            let mut updates = self
+                .handle
+                .updates
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let fused = updates.push(self.hyper, lr, scale, &tensor, &grad, state.as_ref());
+            if !self.grouped {
+                updates.flush();
+            }
+            if let Some((tensor, state)) = fused {
+                return (tensor, Some(state));
+            }
         }
         let grad = if scale == 1.0 {
             grad
@@ -257,7 +313,7 @@ mod tests {
         v
     }
 
-    /// Clipping's factor handed to the optimizer ([`GradScale`]) moves the weights bit for
+    /// Clipping's factor handed to the optimizer ([`StepHandle`]) moves the weights bit for
     /// bit as [`clip_global_norm`]'s pass over the gradients then the step did, over two
     /// steps (the moments carry the scaled gradients), and is 1 (no clipping) below the
     /// bound.
@@ -276,7 +332,7 @@ mod tests {
             GradientsParams::from_grads(g, m)
         };
         let config = OptimizerConfig::default();
-        let (mut plain, mut fused) = (adamw(&config), adamw_with_grad_scale(&config));
+        let (mut plain, mut fused) = (adamw(&config), adamw_with_handle(&config));
         let (mut a, mut b) = (start.clone(), start);
         let mut clipped = 0;
         for max in [1.0f32, 0.5, 1e6] {
@@ -286,10 +342,10 @@ mod tests {
             let (norm_b, factor) = clip_factor(&b, &gb, max);
             assert_eq!(norm.to_bits(), norm_b.to_bits());
             clipped += usize::from(factor < 1.0);
-            fused.1.set(factor);
+            fused.1.set_grad_scale(factor);
             a = plain.step(1e-2, a, ga);
             b = fused.0.step(1e-2, b, gb);
-            fused.1.set(1.0);
+            fused.1.finish_step();
             assert_eq!(weights(&a), weights(&b), "bound {max}");
         }
         assert_eq!(clipped, 2, "the first two bounds clip");

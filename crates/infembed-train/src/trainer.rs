@@ -23,7 +23,7 @@ use crate::batch::{MinedSet, TrainBatch, epoch_batches};
 use crate::checkpoint::{self, HistoryEntry, StepRecord, TrainState};
 use crate::config::{GPU_TEXTS_PER_PASS, TrainConfig};
 use crate::error::{Error, Result};
-use crate::optim::{GradScale, adamw_with_grad_scale, clip_factor, learning_rate};
+use crate::optim::{StepHandle, adamw_with_handle, clip_factor, learning_rate};
 use crate::progress::{self, ProgressMode, ProgressSink, RunInfo, StepInfo};
 use crate::step::{full_batch_step, multi_device_step};
 
@@ -122,8 +122,9 @@ pub struct Trainer {
     /// Every training device (autodiff), the main one (the encoder's) first.
     devices: Vec<Device>,
     optim: ModuleOptimizer,
-    /// The clipping factor `optim` applies to the gradients of its next step.
-    grad_scale: GradScale,
+    /// The clipping factor `optim` applies to the gradients of its next step, and the end of
+    /// its steps (the GPU's updates wait to go several tensors a launch).
+    step_handle: StepHandle,
     loss: ContrastiveLoss,
     needs_instructions: bool,
     state: TrainState,
@@ -247,7 +248,7 @@ impl Trainer {
             .iter()
             .map(|d| d.clone().inner().autodiff())
             .collect();
-        let (optim, grad_scale) = adamw_with_grad_scale(&config.optimizer);
+        let (optim, step_handle) = adamw_with_handle(&config.optimizer);
         let per_epoch = steps_per_epoch(&config, records.len());
         let total = config.max_steps.map_or(per_epoch * config.epochs, |m| {
             m.min(per_epoch * config.epochs)
@@ -278,7 +279,7 @@ impl Trainer {
             encoder,
             devices,
             optim,
-            grad_scale,
+            step_handle,
             loss,
             needs_instructions,
             state,
@@ -808,14 +809,14 @@ impl Trainer {
         // no launch of its own).
         if let Some(max) = self.config.optimizer.max_grad_norm {
             let (_, factor) = clip_factor(self.encoder.model(), &grads, max);
-            self.grad_scale.set(factor);
+            self.step_handle.set_grad_scale(factor);
         }
         let clipped = start.elapsed();
         let lr = learning_rate(&self.config.optimizer, step, total);
         // Only the weights change: the encoder's shared context (tokenizer, settings) stays.
         let model = self.encoder.model().clone();
         let model = self.optim.step(lr, model, grads);
-        self.grad_scale.set(1.0);
+        self.step_handle.finish_step();
         self.encoder.set_model(model);
         log::debug!(
             "optimizer step: gradients clipped in {:.1} ms (their norm read back), the update \

@@ -43,11 +43,12 @@ impl Backbone {
 
     /// Last-layer hidden states `[B, L, d]`.
     pub fn forward(&self, input: &BackboneInput) -> Tensor<3> {
-        match self {
+        // a GPU training pass draws its dropouts' keys in one launch
+        crate::ops::dropout_scope(|| match self {
             Self::Bert(m) => m.forward(input),
             Self::ModernBert(m) => m.forward(input),
             Self::Decoder(m) => m.forward(input),
-        }
+        })
     }
 
     /// Computes the backbone's linear layers with `quantization` at inference on the CPU

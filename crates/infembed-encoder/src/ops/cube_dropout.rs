@@ -10,6 +10,12 @@
 //! step applies the same mask to the gradient from the same key, so no mask is stored. A
 //! dropped element is 0 even where it is NaN or infinite (burn's product would give NaN
 //! there), as in the CPU's dropout kernel.
+//!
+//! Drawing a key is a launch of burn's generator, one per dropout (19 a pass of MiniLM).
+//! Inside [`scope`] (a backbone's forward pass) the first dropout draws the keys of
+//! [`POOL`] dropouts at once and the next ones take the following keys of that draw: one
+//! launch a pass. The draws still come from the device's generator in the pass's order, so a
+//! pass seeded alike draws the same masks again (GradCache's second pass relies on it).
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -27,6 +33,8 @@ use crate::cpu::elementwise::dropout_threshold_and_scale;
 
 /// Units of a cube.
 const UNITS: usize = 256;
+/// The dropouts whose keys one draw of a [`scope`] holds.
+const POOL: usize = 64;
 
 mod kernel {
     use cubecl::prelude::*;
@@ -47,22 +55,25 @@ mod kernel {
         u32::cast_from(v * 65_536.0f32) & 0xffff_u32
     }
 
-    /// 32 bits of a key (four uniform numbers in `[0, 1)`, 16 bits each) and an index.
+    /// 32 bits of a key (the four uniform numbers in `[0, 1)` from `keys[base]`, 16 bits
+    /// each) and an index.
     #[cube]
-    pub(super) fn hash(key: &Tensor<f32>, i: u32) -> u32 {
-        let k0 = (bits(key[0]) << 16) | bits(key[1]);
-        let k1 = (bits(key[2]) << 16) | bits(key[3]);
+    pub(super) fn hash(keys: &Tensor<f32>, base: usize, i: u32) -> u32 {
+        let k0 = (bits(keys[base]) << 16) | bits(keys[base + 1]);
+        let k1 = (bits(keys[base + 2]) << 16) | bits(keys[base + 3]);
         mix(mix(i ^ k0) + k1)
     }
 
     /// `out_i = x_i / keep` where element `i`'s hash falls below `threshold` (`keep · 2³²`),
-    /// else 0: `x` and `out` `[n]` with any stride, `key` four uniform numbers.
+    /// else 0: `x` and `out` `[n]` with any stride, the key the four uniform numbers of `keys`
+    /// from `base` (contiguous).
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
     pub(super) fn dropout_apply<F: Float>(
         x: &Tensor<F>,
-        key: &Tensor<f32>,
+        keys: &Tensor<f32>,
         out: &mut Tensor<F>,
+        base: usize,
         n: usize,
         threshold: u32,
         scale: f32,
@@ -71,7 +82,7 @@ mod kernel {
     ) {
         let i = flat_unit(units);
         if i < n {
-            let kept = hash(key, u32::cast_from(i)) < threshold;
+            let kept = hash(keys, base, u32::cast_from(i)) < threshold;
             let v = f32::cast_from(x[i * x.stride(0)]);
             let at = i * out.stride(0);
             out[at] = F::cast_from(select(kept, v * scale, 0.0f32));
@@ -79,11 +90,11 @@ mod kernel {
     }
 }
 
-/// `x` with the mask of `key` applied (`[n]`), as one launch (`None` when a tensor is not a
-/// cubecl one or is stored tiled).
-fn apply(x: &Tensor<1>, key: &Tensor<1>, threshold: u32, scale: f32) -> Option<Tensor<1>> {
+/// `x` with the mask of the key at `key.1` of `key.0` applied (`[n]`), as one launch (`None`
+/// when a tensor is not a cubecl one or is stored tiled).
+fn apply(x: &Tensor<1>, key: &Key, threshold: u32, scale: f32) -> Option<Tensor<1>> {
     let [n] = x.dims();
-    let (xp, kp) = (cube(x)?, cube(key)?);
+    let (xp, kp) = (cube(x)?, cube(&key.0)?);
     let out = Tensor::<1>::empty([n], (&x.device(), x.dtype()));
     if n == 0 {
         return Some(out);
@@ -97,6 +108,7 @@ fn apply(x: &Tensor<1>, key: &Tensor<1>, threshold: u32, scale: f32) -> Option<T
         xp.into_tensor_arg(),
         kp.into_tensor_arg(),
         op.into_tensor_arg(),
+        key.1,
         n,
         threshold,
         scale,
@@ -104,6 +116,65 @@ fn apply(x: &Tensor<1>, key: &Tensor<1>, threshold: u32, scale: f32) -> Option<T
         ElemType::Float(float_kind(x.dtype())?),
     );
     Some(out)
+}
+
+/// A dropout's key: four uniform numbers of a device's generator, at an index of a drawn tensor.
+type Key = (Tensor<1>, usize);
+
+/// The keys of a [`scope`]'s dropouts: the last draw (`None` before the first dropout) and
+/// how many of its keys were taken.
+struct Pool {
+    keys: Option<Tensor<1>>,
+    taken: usize,
+}
+
+std::thread_local! {
+    /// The innermost [`scope`] of this thread (`None` outside any).
+    static POOL_OF_SCOPE: std::cell::RefCell<Option<Pool>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with its dropouts' keys drawn [`POOL`] at a time (one launch of the device's
+/// generator where each dropout took one), restoring the enclosing scope's keys after.
+pub(crate) fn scope<T>(f: impl FnOnce() -> T) -> T {
+    /// Puts the enclosing scope's pool back, even when `f` unwinds.
+    struct Restore(Option<Pool>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take();
+            POOL_OF_SCOPE.with(|p| *p.borrow_mut() = outer);
+        }
+    }
+    let fresh = Pool {
+        keys: None,
+        taken: 0,
+    };
+    let _restore = Restore(POOL_OF_SCOPE.with(|p| p.borrow_mut().replace(fresh)));
+    f()
+}
+
+/// The next dropout's key on `device`: the next of the [`scope`]'s drawn keys (a new draw of
+/// [`POOL`] when none is left or they live on another device), outside a scope a draw of
+/// its own.
+fn next_key(device: &Device) -> Key {
+    let draw =
+        |keys: usize| Tensor::<1>::random([4 * keys], Distribution::Default, (device, DType::F32));
+    POOL_OF_SCOPE.with(|p| {
+        let mut pool = p.borrow_mut();
+        let Some(pool) = pool.as_mut() else {
+            return (draw(1), 0);
+        };
+        let keys = match &pool.keys {
+            Some(k) if pool.taken < POOL && k.device() == *device => k.clone(),
+            _ => {
+                let k = draw(POOL);
+                pool.keys = Some(k.clone());
+                pool.taken = 0;
+                k
+            }
+        };
+        pool.taken += 1;
+        (keys, 4 * (pool.taken - 1))
+    })
 }
 
 /// An active dropout (training mode, `0 < prob < 1`: [`super::dropout`] decides that) of `x`
@@ -125,13 +196,14 @@ pub(crate) fn try_dropout<const D: usize>(x: Tensor<D>, prob: f64) -> Result<Ten
     let dims = x.dims();
     let n: usize = dims.iter().product();
     let inner = plain::<D>(xp.primitive().clone()).reshape([n]);
-    let key = Tensor::<1>::random([4], Distribution::Default, (&inner.device(), DType::F32));
+    let key = next_key(&inner.device());
     let (threshold, scale) = dropout_threshold_and_scale(prob);
     let Some(y) = apply(&inner, &key, threshold, scale) else {
         return Err(x);
     };
     let step = DropoutBackward {
         dims,
+        base: key.1,
         threshold,
         scale,
     };
@@ -139,7 +211,7 @@ pub(crate) fn try_dropout<const D: usize>(x: Tensor<D>, prob: f64) -> Result<Ten
         .prepare::<NoCheckpointing>([xp.node()])
         .compute_bound()
         .stateful();
-    let out = finish(kind, primitive(key), primitive(y.reshape(dims)));
+    let out = finish(kind, primitive(key.0), primitive(y.reshape(dims)));
     Ok(Tensor::from_primitive::<Autodiff<Cube>>(out))
 }
 
@@ -148,12 +220,14 @@ pub(crate) fn try_dropout<const D: usize>(x: Tensor<D>, prob: f64) -> Result<Ten
 #[derive(Debug)]
 struct DropoutBackward<const D: usize> {
     dims: [usize; D],
+    /// Where the key starts in the state's keys.
+    base: usize,
     threshold: u32,
     scale: f32,
 }
 
 impl<const D: usize> Backward<Cube, 1> for DropoutBackward<D> {
-    /// The key.
+    /// The keys the forward step's key is among.
     type State = CubeTensor;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -162,7 +236,7 @@ impl<const D: usize> Backward<Cube, 1> for DropoutBackward<D> {
         let Some(node) = parent else {
             return;
         };
-        let key = plain::<1>(ops.state);
+        let key = (plain::<1>(ops.state), self.base);
         let n: usize = self.dims.iter().product();
         let g = g.reshape([n]);
         // a float gradient of a cubecl tensor, flattened (which untiles it): the kernel takes it
@@ -172,16 +246,17 @@ impl<const D: usize> Backward<Cube, 1> for DropoutBackward<D> {
     }
 }
 
-/// The mask times the scale of [`kernel::hash`]'s key for `n` elements, computed on the host
-/// (the tests' reference).
+/// The mask times the scale of [`kernel::hash`]'s key at `base` of `key` for `n` elements,
+/// computed on the host (the tests' reference).
 #[cfg(test)]
-fn mask_ops(key: &Tensor<1>, n: usize, threshold: u32, scale: f32) -> Tensor<1> {
+fn mask_ops(key: &Tensor<1>, base: usize, n: usize, threshold: u32, scale: f32) -> Tensor<1> {
     let k: Vec<f32> = key
         .to_data()
         .convert::<f32>()
         .try_to_vec()
         .unwrap_or_default();
     let bits = |v: f32| ((v * 65_536.0) as u32) & 0xffff;
+    let k = &k[base..base + 4];
     let (k0, k1) = (bits(k[0]) << 16 | bits(k[1]), bits(k[2]) << 16 | bits(k[3]));
     let mix = |h: u32| {
         let h = (h ^ (h >> 16)).wrapping_mul(0x7feb_352d);
@@ -262,7 +337,7 @@ mod tests {
         ad.seed(7);
         let key = Tensor::<1>::random([4], Distribution::Default, (&gpu, DType::F32));
         let (threshold, scale) = dropout_threshold_and_scale(p);
-        let host = values(mask_ops(&key, rows * d, threshold, scale));
+        let host = values(mask_ops(&key, 0, rows * d, threshold, scale));
         let expected: Vec<f32> = x.iter().zip(&host).map(|(a, m)| a * m).collect();
         assert!(max_rel_diff(&expected, &y) < 1e-6, "the host's mask");
 
@@ -287,5 +362,59 @@ mod tests {
             try_dropout(plain, p).is_err(),
             "a plain tensor: no dropout at inference"
         );
+    }
+
+    /// Inside a [`scope`] the dropouts take the keys of one draw of [`POOL`] in turn: after
+    /// seeding, the first two dropouts' masks are those the host computes from keys 0 and 1
+    /// of that draw, the same seed and a new scope draw the same masks again (a pass replayed),
+    /// more dropouts than a draw holds go on with a new draw, and the scope's keys end with it
+    /// (the next dropout draws its own).
+    #[test]
+    fn a_scopes_dropouts_take_the_keys_of_one_draw_in_turn() {
+        let Some(gpu) = crate::test_wgpu("a_scopes_dropouts_take_the_keys_of_one_draw_in_turn")
+        else {
+            return;
+        };
+        let _rng = crate::rng_lock();
+        let ad = gpu.clone().autodiff();
+        let (n, p) = (5_000, 0.25);
+        let (threshold, scale) = dropout_threshold_and_scale(p);
+        let x = Tensor::<1>::ones([n], &ad);
+        let masks = |calls: usize| {
+            scope(|| {
+                (0..calls)
+                    .map(|_| values(try_dropout(x.clone(), p).expect("a wgpu autodiff graph")))
+                    .collect::<Vec<_>>()
+            })
+        };
+        ad.seed(21);
+        let got = masks(POOL + 2);
+        ad.seed(21);
+        let pool = Tensor::<1>::random([4 * POOL], Distribution::Default, (&gpu, DType::F32));
+        for (k, mask) in got.iter().take(2).enumerate() {
+            assert_eq!(
+                *mask,
+                values(mask_ops(&pool, 4 * k, n, threshold, scale)),
+                "dropout {k}: key {k} of the scope's draw"
+            );
+        }
+        assert_ne!(got[0], got[1], "two dropouts, two masks");
+        ad.seed(21);
+        assert_eq!(masks(POOL + 2), got, "the same seed, the same masks");
+        // the draw after the first: its keys 0 and 1
+        ad.seed(21);
+        let _ = Tensor::<1>::random([4 * POOL], Distribution::Default, (&gpu, DType::F32));
+        let next = Tensor::<1>::random([4 * POOL], Distribution::Default, (&gpu, DType::F32));
+        assert_eq!(got[POOL], values(mask_ops(&next, 0, n, threshold, scale)));
+        assert_eq!(
+            got[POOL + 1],
+            values(mask_ops(&next, 4, n, threshold, scale))
+        );
+        // after the scope, a dropout draws a key of its own
+        ad.seed(22);
+        let own = values(try_dropout(x.clone(), p).unwrap());
+        ad.seed(22);
+        let key = Tensor::<1>::random([4], Distribution::Default, (&gpu, DType::F32));
+        assert_eq!(own, values(mask_ops(&key, 0, n, threshold, scale)));
     }
 }

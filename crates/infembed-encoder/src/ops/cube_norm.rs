@@ -196,8 +196,8 @@ mod kernel {
 
     /// The backward step of one row of `LayerNorm(x)` per cube, `g` the row's gradient:
     /// with `x̂ = (x - mean) rstd`, `dx = rstd (g γ - mean(g γ) - x̂ mean(g γ x̂))`, and
-    /// `g_xhat = g x̂`, whose column sums are γ's gradient. `x`, `g`, `dx` and `g_xhat`
-    /// `[rows, d]` with any strides, `gamma` `[d]`, at least one row.
+    /// `g_xhat = [g x̂ | g]`, whose column sums are γ's and β's gradients. `x`, `g` and `dx`
+    /// `[rows, d]`, `g_xhat` `[rows, 2 d]`, with any strides, `gamma` `[d]`, at least one row.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
     pub(super) fn layer_norm_backward_rows<F: Float>(
@@ -260,6 +260,7 @@ mod kernel {
                 let gg = gi * f32::cast_from(gamma[i * gamma_step]);
                 dx[dx_base + i * dx_step] = F::cast_from(rstd * (gg - mean_g - xhat * mean_gx));
                 g_xhat[gx_base + i * gx_step] = F::cast_from(gi * xhat);
+                g_xhat[gx_base + (d + i) * gx_step] = g[g_base + i * g_step];
                 i += units;
             }
         }
@@ -403,13 +404,15 @@ fn forward_rows(
 }
 
 /// The backward step of `LayerNorm(x)` for a gradient `g` of plain cubecl tensors as one
-/// launch of `kernel::layer_norm_backward_rows`: `x`'s gradient, and `g x̂` (whose column
-/// sums are γ's gradient). `None` when a tensor is not a cubecl one or is stored tiled.
+/// launch of `kernel::layer_norm_backward_rows`: `x`'s gradient, and `g x̂` beside a copy of
+/// `g` (whose column sums are γ's and β's gradients: one pass of column sums for both).
+/// `None` when a tensor is not a cubecl one or is stored tiled.
 ///
 /// # Shapes
 /// - `x`, `g`: `[rows, d]`, at least one row and one column
 /// - `gamma`: `[d]`
-/// - outputs: `[rows, d]` each
+/// - outputs: `[rows, d]` (`x`'s gradient), `[rows, 2 d]` (`g x̂` in columns `0..d`, `g` in
+///   `d..2 d`)
 fn backward_rows(
     x: &Tensor<2>,
     gamma: &Tensor<1>,
@@ -418,8 +421,8 @@ fn backward_rows(
 ) -> Option<(Tensor<2>, Tensor<2>)> {
     let (xp, gp, gradp) = (cube(x)?, cube(gamma)?, cube(g)?);
     let [rows, d] = x.dims();
-    let empty = || Tensor::<2>::empty([rows, d], (&x.device(), x.dtype()));
-    let (dx, g_xhat) = (empty(), empty());
+    let empty = |cols: usize| Tensor::<2>::empty([rows, cols], (&x.device(), x.dtype()));
+    let (dx, g_xhat) = (empty(d), empty(2 * d));
     let (dxp, gxp) = (cube(&dx)?, cube(&g_xhat)?);
     let client = dxp.client.clone();
     kernel::layer_norm_backward_rows::launch(
@@ -547,9 +550,9 @@ type NormState = (CubeTensor, CubeTensor);
 
 /// The backward step of `LayerNorm(x)` or `LayerNorm(x + residual)` on an autodiff graph
 /// ([`tracked`]), its parents `x`, the residual (with `residual`), γ and, with a shift, β:
-/// the input's gradient and `g x̂` from one launch ([`backward_rows`]), the input's gradient
-/// going to `x` and the residual alike, γ's and β's gradients the column sums of `g x̂` and
-/// `g` ([`column_sums`]).
+/// the input's gradient and `[g x̂ | g]` from one launch ([`backward_rows`]), the input's
+/// gradient going to `x` and the residual alike, γ's and β's gradients that wide tensor's
+/// column sums ([`column_sums`], one pass for both).
 #[derive(Debug)]
 struct NormBackward<const D: usize> {
     eps: f64,
@@ -565,10 +568,21 @@ impl<const D: usize, const N: usize> Backward<Cube, N> for NormBackward<D> {
         let (x2, gamma) = (plain::<2>(ops.state.0), plain::<1>(ops.state.1));
         let [rows, d] = x2.dims();
         let g2 = g.reshape([rows, d]);
-        let (dx, g_xhat) = backward_rows(&x2, &gamma, &g2, self.eps)
-            .unwrap_or_else(|| backward_ops(&x2, &gamma, &g2, self.eps));
         let sums = |t: &Tensor<2>| {
-            column_sums(t, t.dtype()).unwrap_or_else(|| t.clone().sum_dim(0).reshape([d]))
+            let cols = t.dims()[1];
+            column_sums(t, t.dtype()).unwrap_or_else(|| t.clone().sum_dim(0).reshape([cols]))
+        };
+        // γ's and β's gradients from one pass of column sums over `[g x̂ | g]` (from the
+        // kernel), or two (burn's ops)
+        let (dx, dgamma, dbeta) = match backward_rows(&x2, &gamma, &g2, self.eps) {
+            Some((dx, wide)) => {
+                let both = sums(&wide);
+                (dx, both.clone().narrow(0, 0, d), both.narrow(0, d, d))
+            }
+            None => {
+                let (dx, g_xhat) = backward_ops(&x2, &gamma, &g2, self.eps);
+                (dx, sums(&g_xhat), sums(&g2))
+            }
         };
         let dx = dx.reshape(self.dims);
         let mut parents = ops.parents.into_iter();
@@ -581,10 +595,10 @@ impl<const D: usize, const N: usize> Backward<Cube, N> for NormBackward<D> {
             grads.register::<Cube>(node.id, primitive(dx));
         }
         if let Some(Some(node)) = parents.next() {
-            grads.register::<Cube>(node.id, primitive(sums(&g_xhat)));
+            grads.register::<Cube>(node.id, primitive(dgamma));
         }
         if let Some(Some(node)) = parents.next() {
-            grads.register::<Cube>(node.id, primitive(sums(&g2)));
+            grads.register::<Cube>(node.id, primitive(dbeta));
         }
     }
 }
@@ -969,7 +983,13 @@ mod tests {
         let x = Tensor::<2>::random([rows, d], Distribution::Normal(0.5, 1.5), &gpu);
         let gamma = Tensor::<1>::random([d], Distribution::Normal(1.0, 0.5), &gpu);
         let g = Tensor::<2>::random([rows, d], Distribution::Normal(0.0, 1.0), &gpu);
-        let (dx, gx) = backward_rows(&x, &gamma, &g, 1e-5).expect("plain wgpu tensors");
+        let (dx, wide) = backward_rows(&x, &gamma, &g, 1e-5).expect("plain wgpu tensors");
+        assert_eq!(wide.dims(), [rows, 2 * d]);
+        let (gx, g_copy) = (
+            wide.clone().slice([0..rows, 0..d]),
+            wide.slice([0..rows, d..2 * d]),
+        );
+        assert_eq!(flat(g_copy), flat(g.clone()), "the copy of g beside g x̂");
         let (dx_ops, gx_ops) = backward_ops(&x, &gamma, &g, 1e-5);
         assert!(
             max_rel_diff(&flat(dx_ops), &flat(dx)) < 1e-4,

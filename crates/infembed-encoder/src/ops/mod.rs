@@ -392,6 +392,16 @@ pub(crate) fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<
     try_dropout(module, x).unwrap_or_else(|x| module.forward(x))
 }
 
+/// Runs `f` (a forward pass) with its dropouts' keys drawn several at a time on a cubecl
+/// device (one launch of the device's generator a pass where each dropout took one; the
+/// draws in the same order, so a pass seeded alike draws the same masks); elsewhere `f`.
+pub(crate) fn dropout_scope<T>(f: impl FnOnce() -> T) -> T {
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    return cube_dropout::scope(f);
+    #[cfg(not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))))]
+    f()
+}
+
 /// `module.forward(x + residual)` ([`layer_norm`]): on a cubecl device (not in `fusion`
 /// builds) the addition in the LayerNorm's own launch (forward and backward), elsewhere
 /// burn's addition first.
