@@ -460,7 +460,10 @@ impl AdamWUpdates {
             ),
             None => (g.clone(), g.clone(), 1),
         };
-        if [&p, &g, &m, &v].iter().any(|t| buffer(t).is_none()) {
+        if [&p, &g, &m, &v]
+            .iter()
+            .any(|t| t.device() != device || buffer(t).is_none())
+        {
             return None;
         }
         let outputs: [Tensor<1>; 3] =

@@ -351,6 +351,54 @@ mod tests {
         assert_eq!(clipped, 2, "the first two bounds clip");
     }
 
+    /// On wgpu (Mesa's software driver in CI) the trainer's optimizer, whose updates wait to
+    /// go four tensors a launch until `finish_step`, moves a linear layer's weights bit for bit
+    /// as [`adamw`], which launches each tensor's update at once, over three steps with and
+    /// without clipping's factor.
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    #[test]
+    fn the_trainers_grouped_updates_equal_adamws_own_on_a_gpu() {
+        let gpu = match infembed_encoder::DeviceSpec::Wgpu(None).device() {
+            Ok(d) => d.autodiff(),
+            Err(e) => {
+                return infembed_testkit::wgpu_missing(
+                    "the_trainers_grouped_updates_equal_adamws_own_on_a_gpu",
+                    &e,
+                )
+                .unwrap_or(());
+            }
+        };
+        // three layers: seven parameter tensors, a group of four and one of three a step
+        let layers: Vec<Linear> = [(5, 3), (3, 7), (7, 2)]
+            .iter()
+            .map(|&(i, o)| LinearConfig::new(i, o).init(&gpu))
+            .collect();
+        let x = Tensor::<2>::random([4, 5], burn::tensor::Distribution::Default, &gpu);
+        let forward = |m: &[Linear]| {
+            m.iter()
+                .fold(x.clone(), |h, l| l.forward(h))
+                .powf_scalar(2.0)
+                .sum()
+                .mul_scalar(40.0)
+        };
+        let grads_of = |m: &Vec<Linear>| GradientsParams::from_grads(forward(m).backward(), m);
+        let config = OptimizerConfig::default();
+        let (mut plain, (mut grouped, handle)) = (adamw(&config), adamw_with_handle(&config));
+        let (mut a, mut b) = (layers.clone(), layers);
+        for factor in [1.0, 0.25, 1.0] {
+            let mut ga = grads_of(&a);
+            scale_grads(&a, &mut ga, factor);
+            let gb = grads_of(&b);
+            handle.set_grad_scale(factor);
+            a = plain.step(1e-2, a, ga);
+            b = grouped.step(1e-2, b, gb);
+            handle.finish_step();
+            for (la, lb) in a.iter().zip(&b) {
+                assert_eq!(weights(la), weights(lb), "factor {factor}");
+            }
+        }
+    }
+
     #[test]
     fn schedule_matches_the_hugging_face_formula() {
         let mut cfg = OptimizerConfig {

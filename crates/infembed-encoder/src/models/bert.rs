@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use super::input::BackboneInput;
 use crate::error::{Error, Result};
 use crate::ops::{
-    self, FusedQkv, Products, QuantSlot, add_layer_norm, dropout, layer_norm, linear_gelu_q,
-    linear_q,
+    self, FusedQkv, Products, QuantSlot, dropout, dropout_add_layer_norm, layer_norm,
+    linear_gelu_q, linear_q,
 };
 use crate::weights;
 
@@ -310,8 +310,8 @@ pub struct BertPooler {
 
 impl BertResidualOutput {
     fn forward<const D: usize>(&self, x: Tensor<D>, residual: Tensor<D>, eps: f64) -> Tensor<D> {
-        let x = dropout(&self.dropout, linear_q(&self.dense, &self.dense_int8, x));
-        add_layer_norm(&self.layer_norm, eps, x, residual)
+        let x = linear_q(&self.dense, &self.dense_int8, x);
+        dropout_add_layer_norm(&self.dropout, &self.layer_norm, eps, x, residual)
     }
 }
 

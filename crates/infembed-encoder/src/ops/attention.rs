@@ -127,22 +127,38 @@ fn attend_decomposed(
     // backward, training included with inference's fill below (the same probabilities as the
     // additive -1e9 of f32 training: masked terms underflow to 0 either way; a row whose keys
     // are all masked, a padding row that is dropped, gets 1 / L on each and no gradient)
+    // an active dropout of the probabilities (as [`dropout`] decides it) goes into the same
+    // launches, forward and backward, with the masks its own launches would draw
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-    let scores = match float_mask {
+    let drop = super::fused_dropout_prob(dropout_module, &scores.device());
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    #[allow(clippy::result_large_err)]
+    let fused = |scores: Tensor<4>, drop: Option<f64>| match &float_mask {
         // the mask as f32 values made once per batch, not converted in every layer
         Some(float_mask) => super::cube_softmax::try_masked_softmax_f32(
             scores,
-            &float_mask,
+            float_mask,
             1.0 / (dh as f32).sqrt(),
             -6.0e4,
+            drop,
         ),
-        None => {
-            super::cube_softmax::try_masked_softmax(scores, &mask, 1.0 / (dh as f32).sqrt(), -6.0e4)
-        }
+        None => super::cube_softmax::try_masked_softmax(
+            scores,
+            &mask,
+            1.0 / (dh as f32).sqrt(),
+            -6.0e4,
+            drop,
+        ),
     };
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-    let scores = match scores {
+    let scores = match fused(scores, drop) {
+        Ok(probs) if drop.is_some() => return matmul_routed(probs, v, routine),
         Ok(probs) => return matmul_routed(dropout(dropout_module, probs), v, routine),
+        // declined with the dropout: without it, the dropout's own launch after
+        Err(scores) if drop.is_some() => match fused(scores, None) {
+            Ok(probs) => return matmul_routed(dropout(dropout_module, probs), v, routine),
+            Err(scores) => scores,
+        },
         Err(scores) => scores,
     };
     let scores = scores.mul_scalar(1.0 / (dh as f64).sqrt());

@@ -36,7 +36,7 @@ const UNITS: usize = 256;
 /// The dropouts whose keys one draw of a [`scope`] holds.
 const POOL: usize = 64;
 
-mod kernel {
+pub(super) mod kernel {
     use cubecl::prelude::*;
 
     use crate::ops::cube_kit::kernel::flat_unit;
@@ -58,10 +58,18 @@ mod kernel {
     /// 32 bits of a key (the four uniform numbers in `[0, 1)` from `keys[base]`, 16 bits
     /// each) and an index.
     #[cube]
-    pub(super) fn hash(keys: &Tensor<f32>, base: usize, i: u32) -> u32 {
+    fn hash(keys: &Tensor<f32>, base: usize, i: u32) -> u32 {
         let k0 = (bits(keys[base]) << 16) | bits(keys[base + 1]);
         let k1 = (bits(keys[base + 2]) << 16) | bits(keys[base + 3]);
         mix(mix(i ^ k0) + k1)
+    }
+
+    /// Whether the dropout of the key at `base` of `keys` keeps element `i` (its hash below
+    /// `threshold`, `keep · 2³²`): the mask of [`dropout_apply`], for kernels that apply it
+    /// to what they read or write.
+    #[cube]
+    pub(in crate::ops) fn kept(keys: &Tensor<f32>, base: usize, i: usize, threshold: u32) -> bool {
+        hash(keys, base, u32::cast_from(i)) < threshold
     }
 
     /// `out_i = x_i / keep` where element `i`'s hash falls below `threshold` (`keep · 2³²`),
@@ -82,10 +90,9 @@ mod kernel {
     ) {
         let i = flat_unit(units);
         if i < n {
-            let kept = hash(keys, base, u32::cast_from(i)) < threshold;
             let v = f32::cast_from(x[i * x.stride(0)]);
             let at = i * out.stride(0);
-            out[at] = F::cast_from(select(kept, v * scale, 0.0f32));
+            out[at] = F::cast_from(select(kept(keys, base, i, threshold), v * scale, 0.0f32));
         }
     }
 }
@@ -175,6 +182,66 @@ fn next_key(device: &Device) -> Key {
         pool.taken += 1;
         (keys, 4 * (pool.taken - 1))
     })
+}
+
+/// A dropout applied inside another kernel's launches (LayerNorm's input, attention's
+/// probabilities), with the masks of [`try_dropout`]'s: its key, the keep threshold and the
+/// scale of kept values.
+pub(super) struct FusedDropout {
+    pub(super) key: Key,
+    pub(super) threshold: u32,
+    pub(super) scale: f32,
+}
+
+/// What a backward step keeps of a [`FusedDropout`] beside its keys: the key's index in them,
+/// the threshold and the scale.
+pub(super) type FusedDropoutParts = (usize, u32, f32);
+
+impl FusedDropout {
+    /// An active dropout of probability `prob` (`0 < prob < 1`) on `device`, its key drawn
+    /// now ([`next_key`]).
+    pub(super) fn draw(prob: f64, device: &Device) -> Self {
+        let (threshold, scale) = dropout_threshold_and_scale(prob);
+        Self {
+            key: next_key(device),
+            threshold,
+            scale,
+        }
+    }
+
+    /// The dropout split into its keys (for a backward step's state) and the rest.
+    pub(super) fn into_parts(self) -> (Tensor<1>, FusedDropoutParts) {
+        (self.key.0, (self.key.1, self.threshold, self.scale))
+    }
+
+    /// The dropout from [`into_parts`](Self::into_parts)' pieces.
+    pub(super) fn from_parts(keys: Tensor<1>, (base, threshold, scale): FusedDropoutParts) -> Self {
+        Self {
+            key: (keys, base),
+            threshold,
+            scale,
+        }
+    }
+
+    /// The kernels' dropout arguments: the keys, the key's index in them, the threshold and
+    /// the scale (without a dropout a one-key stand-in and zeros, which the kernels then do
+    /// not read).
+    pub(super) fn args(drop: Option<&Self>, device: &Device) -> (Tensor<1>, usize, u32, f32) {
+        match drop {
+            Some(d) => (d.key.0.clone(), d.key.1, d.threshold, d.scale),
+            None => (Tensor::<1>::empty([4], (device, DType::F32)), 0, 0, 0.0),
+        }
+    }
+
+    /// `t` through the mask (any shape), by the dropout's own launch: the fallback of a kernel
+    /// that did not run.
+    pub(super) fn apply_to<const D: usize>(&self, t: Tensor<D>) -> Tensor<D> {
+        let dims = t.dims();
+        let flat = t.reshape([dims.iter().product::<usize>()]);
+        apply(&flat, &self.key, self.threshold, self.scale)
+            .expect("the gradient of a cubecl float tensor is a cubecl float tensor")
+            .reshape(dims)
+    }
 }
 
 /// An active dropout (training mode, `0 < prob < 1`: [`super::dropout`] decides that) of `x`
@@ -366,7 +433,8 @@ mod tests {
 
     /// Inside a [`scope`] the dropouts take the keys of one draw of [`POOL`] in turn: after
     /// seeding, the first two dropouts' masks are those the host computes from keys 0 and 1
-    /// of that draw, the same seed and a new scope draw the same masks again (a pass replayed),
+    /// of that draw (the second's gradient too), the same seed and a new scope draw the same
+    /// masks again (a pass replayed),
     /// more dropouts than a draw holds go on with a new draw, and the scope's keys end with it
     /// (the next dropout draws its own).
     #[test]
@@ -401,6 +469,18 @@ mod tests {
         assert_ne!(got[0], got[1], "two dropouts, two masks");
         ad.seed(21);
         assert_eq!(masks(POOL + 2), got, "the same seed, the same masks");
+        // the backward step of the scope's second dropout applies key 1's mask
+        ad.seed(21);
+        let xg = Tensor::<1>::ones([n], &ad).require_grad();
+        let grads = scope(|| {
+            let _first = try_dropout(x.clone(), p).unwrap();
+            try_dropout(xg.clone(), p).unwrap().sum().backward()
+        });
+        assert_eq!(
+            values(xg.grad(&grads).unwrap()),
+            values(mask_ops(&pool, 4, n, threshold, scale)),
+            "the second dropout's gradient"
+        );
         // the draw after the first: its keys 0 and 1
         ad.seed(21);
         let _ = Tensor::<1>::random([4 * POOL], Distribution::Default, (&gpu, DType::F32));

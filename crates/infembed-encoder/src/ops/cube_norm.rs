@@ -28,6 +28,7 @@ use burn::prelude::*;
 use cubecl::CubeDim;
 use cubecl::ir::ElemType;
 
+use super::cube_dropout::{FusedDropout, FusedDropoutParts};
 use super::cube_kit::{cube, cube_count, finish, plain, primitive};
 use super::cube_sum::column_sums;
 use super::routed::{CubeTensor, float_kind};
@@ -38,6 +39,7 @@ const UNITS: usize = 128;
 mod kernel {
     use cubecl::prelude::*;
 
+    use crate::ops::cube_dropout::kernel::kept;
     use crate::ops::cube_kit::kernel::cube_fold;
 
     /// Where a row's values sit: element `i` of the row at `base + i * step`.
@@ -45,6 +47,28 @@ mod kernel {
     pub(super) struct Row {
         base: usize,
         step: usize,
+    }
+
+    /// A dropout applied to `x` as it is read: the key at `base` of the kernel's keys, the
+    /// element index of the row's first value (`row · d`: the index the dropout's own launch
+    /// gives it), the keep threshold and the scale of kept values.
+    #[derive(CubeType)]
+    pub(super) struct Dropped {
+        base: usize,
+        first: usize,
+        threshold: u32,
+        scale: f32,
+    }
+
+    /// The dropout of row `row` (`d` values a row).
+    #[cube]
+    fn dropped_row(base: usize, row: usize, d: usize, threshold: u32, scale: f32) -> Dropped {
+        Dropped {
+            base,
+            first: row * d,
+            threshold,
+            scale,
+        }
     }
 
     /// Row `row` of a `[rows, d]` tensor, by its strides.
@@ -56,18 +80,27 @@ mod kernel {
         }
     }
 
-    /// Element `i` of a row of `x`, plus the same element of `r`'s row with `residual` (the sum
-    /// rounded to their type).
+    /// Element `i` of a row of `x` (with `dropped`, through the dropout `drop` of `keys`, rounded
+    /// to the tensors' type as the dropout's own launch would store it), plus the same element
+    /// of `r`'s row with `residual` (the sum rounded to their type).
+    #[allow(clippy::too_many_arguments)]
     #[cube]
     fn value<F: Float>(
         x: &Tensor<F>,
         at: &Row,
         r: &Tensor<F>,
         r_at: &Row,
+        keys: &Tensor<f32>,
+        drop: &Dropped,
         i: usize,
         #[comptime] residual: bool,
+        #[comptime] dropped: bool,
     ) -> f32 {
         let mut v = f32::cast_from(x[at.base + i * at.step]);
+        if dropped {
+            let keep = kept(keys, drop.base, drop.first + i, drop.threshold);
+            v = f32::cast_from(F::cast_from(select(keep, v * drop.scale, 0.0f32)));
+        }
         if residual {
             // rounded to the tensors' type, as burn's addition would store it
             v = f32::cast_from(F::cast_from(
@@ -86,16 +119,19 @@ mod kernel {
         at: &Row,
         r: &Tensor<F>,
         r_at: &Row,
+        keys: &Tensor<f32>,
+        drop: &Dropped,
         partial: &mut Shared<[f32]>,
         unit: usize,
         #[comptime] units: usize,
         #[comptime] residual: bool,
+        #[comptime] dropped: bool,
     ) -> f32 {
         let d = x.shape(1);
         let mut sum = 0.0f32;
         let mut i = unit;
         while i < d {
-            sum += value(x, at, r, r_at, i, residual);
+            sum += value(x, at, r, r_at, keys, drop, i, residual, dropped);
             i += units;
         }
         cube_fold(partial, sum, unit, units, false) / f32::cast_from(d)
@@ -110,18 +146,21 @@ mod kernel {
         at: &Row,
         r: &Tensor<F>,
         r_at: &Row,
+        keys: &Tensor<f32>,
+        drop: &Dropped,
         mean: f32,
         epsilon: f32,
         partial: &mut Shared<[f32]>,
         unit: usize,
         #[comptime] units: usize,
         #[comptime] residual: bool,
+        #[comptime] dropped: bool,
     ) -> f32 {
         let d = x.shape(1);
         let mut squares = 0.0f32;
         let mut i = unit;
         while i < d {
-            let centered = value(x, at, r, r_at, i, residual) - mean;
+            let centered = value(x, at, r, r_at, keys, drop, i, residual, dropped) - mean;
             squares += centered * centered;
             i += units;
         }
@@ -131,9 +170,10 @@ mod kernel {
 
     /// One row of `out = LayerNorm(x)` per cube (module docs), or with `residual` of
     /// `LayerNorm(x + r)`, the sum `x + r` also written to `sum` with `keep_sum` (for the
-    /// backward step): `x`, `r`, `out` and `sum` `[rows, d]` with any strides (`r` read only
-    /// with `residual`, `sum` written only with `keep_sum`), `gamma` and `beta` `[d]`, at
-    /// least one row.
+    /// backward step), with `dropped` of `LayerNorm(dropout(x) + r)`, the dropout's key at
+    /// `key_base` of `keys`: `x`, `r`, `out` and `sum` `[rows, d]` with any strides (`r` read
+    /// only with `residual`, `sum` written only with `keep_sum`, `keys` read only with
+    /// `dropped`), `gamma` and `beta` `[d]`, at least one row.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
     pub(super) fn layer_norm_rows<F: Float>(
@@ -141,14 +181,19 @@ mod kernel {
         r: &Tensor<F>,
         gamma: &Tensor<F>,
         beta: &Tensor<F>,
+        keys: &Tensor<f32>,
         out: &mut Tensor<F>,
         sum: &mut Tensor<F>,
         rows: usize,
         epsilon: f32,
+        key_base: usize,
+        threshold: u32,
+        scale: f32,
         #[comptime] units: usize,
         #[comptime] shift: bool,
         #[comptime] residual: bool,
         #[comptime] keep_sum: bool,
+        #[comptime] dropped: bool,
         #[define(F)] _dtype: ElemType,
     ) {
         // a cube past the last row (the second axis's last cubes) computes the last row
@@ -162,25 +207,41 @@ mod kernel {
         let (gamma_step, beta_step) = (gamma.stride(0), beta.stride(0));
         let unit = UNIT_POS as usize;
         let mut partial = Shared::<[f32]>::new_slice(units);
+        let drop = dropped_row(key_base, row, d, threshold, scale);
 
-        let mean = row_mean(x, &at, r, &r_at, &mut partial, unit, units, residual);
+        let mean = row_mean(
+            x,
+            &at,
+            r,
+            &r_at,
+            keys,
+            &drop,
+            &mut partial,
+            unit,
+            units,
+            residual,
+            dropped,
+        );
         let rstd = row_rstd(
             x,
             &at,
             r,
             &r_at,
+            keys,
+            &drop,
             mean,
             epsilon,
             &mut partial,
             unit,
             units,
             residual,
+            dropped,
         );
 
         if cube < rows {
             let mut i = unit;
             while i < d {
-                let v = value(x, &at, r, &r_at, i, residual);
+                let v = value(x, &at, r, &r_at, keys, &drop, i, residual, dropped);
                 if keep_sum {
                     sum[sum_base + i * sum_step] = F::cast_from(v);
                 }
@@ -196,19 +257,30 @@ mod kernel {
 
     /// The backward step of one row of `LayerNorm(x)` per cube, `g` the row's gradient:
     /// with `x̂ = (x - mean) rstd`, `dx = rstd (g γ - mean(g γ) - x̂ mean(g γ x̂))`, and
-    /// `g_xhat = [g x̂ | g]`, whose column sums are γ's and β's gradients. `x`, `g` and `dx`
-    /// `[rows, d]`, `g_xhat` `[rows, 2 d]`, with any strides, `gamma` `[d]`, at least one row.
+    /// `g_xhat = [g x̂ | g]` (`g x̂` alone without `shift`), whose column sums are γ's and
+    /// β's gradients, and with `dropped`
+    /// `dx_dropped`, `dx` through the dropout of the key at `key_base` of `keys` (the gradient
+    /// of the dropout's input). `x`, `g`, `dx` and `dx_dropped` `[rows, d]`, `g_xhat`
+    /// `[rows, 2 d]` (`[rows, d]` without `shift`), with any strides, `gamma` `[d]`, at least
+    /// one row.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
     pub(super) fn layer_norm_backward_rows<F: Float>(
         x: &Tensor<F>,
         gamma: &Tensor<F>,
         g: &Tensor<F>,
+        keys: &Tensor<f32>,
         dx: &mut Tensor<F>,
         g_xhat: &mut Tensor<F>,
+        dx_dropped: &mut Tensor<F>,
         rows: usize,
         epsilon: f32,
+        key_base: usize,
+        threshold: u32,
+        scale: f32,
         #[comptime] units: usize,
+        #[comptime] shift: bool,
+        #[comptime] dropped: bool,
         #[define(F)] _dtype: ElemType,
     ) {
         let cube = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize;
@@ -223,19 +295,35 @@ mod kernel {
         let mut partial = Shared::<[f32]>::new_slice(units);
         let width = f32::cast_from(d);
 
-        // no residual here: `x` is the sum the forward step kept
+        // no residual or dropout here: `x` is the sum the forward step kept
         let at = row_of(x, row);
-        let mean = row_mean(x, &at, x, &at, &mut partial, unit, units, false);
+        let drop = dropped_row(key_base, row, d, threshold, scale);
+        let mean = row_mean(
+            x,
+            &at,
+            x,
+            &at,
+            keys,
+            &drop,
+            &mut partial,
+            unit,
+            units,
+            false,
+            false,
+        );
         let rstd = row_rstd(
             x,
             &at,
             x,
             &at,
+            keys,
+            &drop,
             mean,
             epsilon,
             &mut partial,
             unit,
             units,
+            false,
             false,
         );
 
@@ -258,9 +346,19 @@ mod kernel {
                 let xhat = (f32::cast_from(x[x_base + i * x_step]) - mean) * rstd;
                 let gi = f32::cast_from(g[g_base + i * g_step]);
                 let gg = gi * f32::cast_from(gamma[i * gamma_step]);
-                dx[dx_base + i * dx_step] = F::cast_from(rstd * (gg - mean_g - xhat * mean_gx));
+                let dxi = F::cast_from(rstd * (gg - mean_g - xhat * mean_gx));
+                dx[dx_base + i * dx_step] = dxi;
                 g_xhat[gx_base + i * gx_step] = F::cast_from(gi * xhat);
-                g_xhat[gx_base + (d + i) * gx_step] = g[g_base + i * g_step];
+                if shift {
+                    g_xhat[gx_base + (d + i) * gx_step] = g[g_base + i * g_step];
+                }
+                if dropped {
+                    // as the dropout's own backward launch computes it from `dx`
+                    let keep = kept(keys, drop.base, drop.first + i, drop.threshold);
+                    let at = row * dx_dropped.stride(0) + i * dx_dropped.stride(1);
+                    dx_dropped[at] =
+                        F::cast_from(select(keep, f32::cast_from(dxi) * drop.scale, 0.0f32));
+                }
                 i += units;
             }
         }
@@ -281,7 +379,7 @@ pub(crate) fn try_layer_norm<const D: usize>(
     eps: f64,
     x: Tensor<D>,
 ) -> Result<Tensor<D>, Tensor<D>> {
-    norm(module, eps, x, None).map_err(|(x, _)| x)
+    norm(module, eps, x, None, None).map_err(|(x, _)| x)
 }
 
 /// `module.forward(x + residual)` as [`try_layer_norm`], the addition in the same launch (in
@@ -304,17 +402,48 @@ pub(crate) fn try_add_layer_norm<const D: usize>(
     {
         return Err((x, residual)); // burn's addition names the mismatch
     }
-    norm(module, eps, x, Some(residual)).map_err(|(x, r)| (x, r.expect("given")))
+    norm(module, eps, x, Some(residual), None).map_err(|(x, r)| (x, r.expect("given")))
 }
 
-/// [`try_layer_norm`] and [`try_add_layer_norm`] (`residual` the same shape, type and device
-/// as `x`).
+/// `module.forward(dropout(x) + residual)` on an autodiff graph of cubecl tensors, the dropout
+/// (probability `prob`, `0 < prob < 1`: an active one, which the caller decides) applied in
+/// [`try_add_layer_norm`]'s launch as `x` is read and to `x`'s gradient in the backward step's
+/// launch: the masks of the dropout's own launches ([`super::cube_dropout`], the key drawn
+/// alike), two launches fewer each way. Anything else is handed back as `Err((x, residual))`,
+/// no key drawn.
+///
+/// # Shapes
+/// - `x`, `residual`: `[..., d]`, `d` the module's width
+/// - output: like `x`
+#[allow(clippy::result_large_err)]
+pub(crate) fn try_dropout_add_layer_norm<const D: usize>(
+    module: &LayerNorm,
+    eps: f64,
+    x: Tensor<D>,
+    residual: Tensor<D>,
+    prob: f64,
+) -> Result<Tensor<D>, (Tensor<D>, Tensor<D>)> {
+    if residual.dims() != x.dims()
+        || residual.dtype() != x.dtype()
+        || residual.device() != x.device()
+        || !x.device().is_autodiff()
+        || !(prob > 0.0 && prob < 1.0)
+    {
+        return Err((x, residual));
+    }
+    norm(module, eps, x, Some(residual), Some(prob)).map_err(|(x, r)| (x, r.expect("given")))
+}
+
+/// [`try_layer_norm`], [`try_add_layer_norm`] and [`try_dropout_add_layer_norm`] (`residual`
+/// the same shape, type and device as `x`; `drop`, the dropout's probability, only with a
+/// residual on an autodiff graph).
 #[allow(clippy::result_large_err, clippy::type_complexity)]
 fn norm<const D: usize>(
     module: &LayerNorm,
     eps: f64,
     x: Tensor<D>,
     residual: Option<Tensor<D>>,
+    drop: Option<f64>,
 ) -> Result<Tensor<D>, (Tensor<D>, Option<Tensor<D>>)> {
     let gamma = module.gamma.val();
     let beta = module.beta.as_ref().map(|b| b.val());
@@ -327,24 +456,25 @@ fn norm<const D: usize>(
         return Err((x, residual)); // burn's ops compute it, or name the mismatch
     }
     if device.is_autodiff() {
-        return tracked(x, residual, gamma, beta, eps);
+        return tracked(x, residual, gamma, beta, eps, drop);
     }
-    if cube(&x).is_none() {
+    if cube(&x).is_none() || drop.is_some() {
         return Err((x, residual)); // the CPU's, before any reshape copies it
     }
     // the rows as `[rows, d]` (free for the contiguous tensors LayerNorm gets; burn copies
     // others)
     let x2 = x.clone().reshape([rows, d]);
     let r2 = residual.as_ref().map(|r| r.clone().reshape([rows, d]));
-    match forward_rows(&x2, r2.as_ref(), &gamma, beta.as_ref(), eps, false) {
+    match forward_rows(&x2, r2.as_ref(), &gamma, beta.as_ref(), eps, false, None) {
         Some((y, _)) => Ok(y.reshape(dims)),
         None => Err((x, residual)),
     }
 }
 
-/// `LayerNorm(x)`, or `LayerNorm(x + residual)`, of plain cubecl tensors as one launch of
-/// `kernel::layer_norm_rows`, and with `keep_sum` the sum `x + residual` it normalized
-/// (`None` when one of them is not a cubecl tensor, or is stored tiled).
+/// `LayerNorm(x)`, or `LayerNorm(x + residual)` (`LayerNorm(dropout(x) + residual)` with
+/// `drop`), of plain cubecl tensors as one launch of `kernel::layer_norm_rows`, and with
+/// `keep_sum` the sum it normalized (`None` when one of them is not a cubecl tensor, or is
+/// stored tiled).
 ///
 /// # Shapes
 /// - `x`, `residual`: `[rows, d]`
@@ -357,6 +487,7 @@ fn forward_rows(
     beta: Option<&Tensor<1>>,
     eps: f64,
     keep_sum: bool,
+    drop: Option<&FusedDropout>,
 ) -> Option<(Tensor<2>, Option<Tensor<2>>)> {
     let xp = cube(x)?;
     let [rows, d] = x.dims();
@@ -379,6 +510,8 @@ fn forward_rows(
         .cloned()
         .unwrap_or_else(|| Tensor::<1>::empty([1], (&device, dtype)));
     let (rp, gp, bp) = (cube(&r)?, cube(gamma)?, cube(&b)?);
+    let (keys, key_base, threshold, scale) = FusedDropout::args(drop, &device);
+    let kp = cube(&keys)?;
     let out = Tensor::<2>::empty([rows, d], (&device, dtype));
     let (op, sp) = (cube(&out)?, cube(&sum)?);
     let client = op.client.clone();
@@ -390,14 +523,19 @@ fn forward_rows(
         rp.into_tensor_arg(),
         gp.into_tensor_arg(),
         bp.into_tensor_arg(),
+        kp.into_tensor_arg(),
         op.into_tensor_arg(),
         sp.into_tensor_arg(),
         rows,
         eps as f32,
+        key_base,
+        threshold,
+        scale,
         UNITS,
         beta.is_some(),
         residual.is_some(),
         keep_sum,
+        drop.is_some(),
         ElemType::Float(float_kind(dtype)?),
     );
     Some((out, keep_sum.then_some(sum)))
@@ -405,25 +543,36 @@ fn forward_rows(
 
 /// The backward step of `LayerNorm(x)` for a gradient `g` of plain cubecl tensors as one
 /// launch of `kernel::layer_norm_backward_rows`: `x`'s gradient, and `g x̂` beside a copy of
-/// `g` (whose column sums are γ's and β's gradients: one pass of column sums for both).
+/// `g` with `shift` (whose column sums are γ's and β's gradients: one pass of column sums
+/// for both), and with `drop` `x`'s gradient through the dropout's mask.
 /// `None` when a tensor is not a cubecl one or is stored tiled.
 ///
 /// # Shapes
 /// - `x`, `g`: `[rows, d]`, at least one row and one column
 /// - `gamma`: `[d]`
 /// - outputs: `[rows, d]` (`x`'s gradient), `[rows, 2 d]` (`g x̂` in columns `0..d`, `g` in
-///   `d..2 d`)
+///   `d..2 d`; `[rows, d]` without `shift`), `[rows, d]` with `drop`
 fn backward_rows(
     x: &Tensor<2>,
     gamma: &Tensor<1>,
     g: &Tensor<2>,
     eps: f64,
-) -> Option<(Tensor<2>, Tensor<2>)> {
+    shift: bool,
+    drop: Option<&FusedDropout>,
+) -> Option<(Tensor<2>, Tensor<2>, Option<Tensor<2>>)> {
     let (xp, gp, gradp) = (cube(x)?, cube(gamma)?, cube(g)?);
     let [rows, d] = x.dims();
-    let empty = |cols: usize| Tensor::<2>::empty([rows, cols], (&x.device(), x.dtype()));
-    let (dx, g_xhat) = (empty(d), empty(2 * d));
-    let (dxp, gxp) = (cube(&dx)?, cube(&g_xhat)?);
+    let device = x.device();
+    let empty = |r: usize, cols: usize| Tensor::<2>::empty([r, cols], (&device, x.dtype()));
+    let (dx, g_xhat) = (empty(rows, d), empty(rows, if shift { 2 * d } else { d }));
+    // one-element stand-in without a dropout (the kernel writes it only with one)
+    let dx_dropped = if drop.is_some() {
+        empty(rows, d)
+    } else {
+        empty(1, 1)
+    };
+    let (keys, key_base, threshold, scale) = FusedDropout::args(drop, &device);
+    let (dxp, gxp, ddp, kp) = (cube(&dx)?, cube(&g_xhat)?, cube(&dx_dropped)?, cube(&keys)?);
     let client = dxp.client.clone();
     kernel::layer_norm_backward_rows::launch(
         &client,
@@ -432,14 +581,21 @@ fn backward_rows(
         xp.into_tensor_arg(),
         gp.into_tensor_arg(),
         gradp.into_tensor_arg(),
+        kp.into_tensor_arg(),
         dxp.into_tensor_arg(),
         gxp.into_tensor_arg(),
+        ddp.into_tensor_arg(),
         rows,
         eps as f32,
+        key_base,
+        threshold,
+        scale,
         UNITS,
+        shift,
+        drop.is_some(),
         ElemType::Float(float_kind(x.dtype())?),
     );
-    Some((dx, g_xhat))
+    Some((dx, g_xhat, drop.is_some().then_some(dx_dropped)))
 }
 
 /// [`backward_rows`] spelled out in burn's ops, for tensors its kernel does not take.
@@ -468,6 +624,7 @@ fn tracked<const D: usize>(
     gamma: Tensor<1>,
     beta: Option<Tensor<1>>,
     eps: f64,
+    drop: Option<f64>,
 ) -> Result<Tensor<D>, (Tensor<D>, Option<Tensor<D>>)> {
     let dims = x.dims();
     let d = dims[D - 1];
@@ -490,7 +647,8 @@ fn tracked<const D: usize>(
         Some(Err(_)) => return Err((x, residual)),
         rp => rp.and_then(Result::ok),
     };
-    if rows == 0 || d == 0 {
+    // a dropout only before a residual's addition: the backward step normalizes the kept sum
+    if rows == 0 || d == 0 || (drop.is_some() && rp.is_none()) {
         return Err((x, residual));
     }
     let x2 = plain::<D>(xp.primitive().clone()).reshape([rows, d]);
@@ -499,16 +657,26 @@ fn tracked<const D: usize>(
         .map(|p| plain::<D>(p.primitive().clone()).reshape([rows, d]));
     let g1 = plain::<1>(gp.primitive().clone());
     let b1 = bp.as_ref().map(|p| plain::<1>(p.primitive().clone()));
-    let Some((y, sum)) = forward_rows(&x2, r2.as_ref(), &g1, b1.as_ref(), eps, true) else {
+    // the key drawn last, once nothing declines: a declined dropout draws its own
+    let drop = drop.map(|prob| FusedDropout::draw(prob, &x2.device()));
+    let Some((y, sum)) = forward_rows(&x2, r2.as_ref(), &g1, b1.as_ref(), eps, true, drop.as_ref())
+    else {
         return Err((x, residual));
     };
     let y = primitive(y.reshape(dims));
     // the backward step normalizes again what the forward step did: `x`, or the kept sum
-    let state = (primitive(sum.unwrap_or(x2)), primitive(g1));
+    let (keys, drop) = drop.map(FusedDropout::into_parts).unzip();
+    let state = (
+        primitive(sum.unwrap_or(x2)),
+        primitive(g1),
+        keys.map(primitive),
+    );
     let step = NormBackward::<D> {
         eps,
         dims,
         residual: rp.is_some(),
+        shift: bp.is_some(),
+        drop,
     };
     let mut nodes = vec![xp.node()];
     nodes.extend(rp.as_ref().map(|p| p.node()));
@@ -545,19 +713,23 @@ fn tracked<const D: usize>(
 }
 
 /// What LayerNorm's backward step keeps: its input as `[rows, d]` (with a residual, the sum
-/// it normalized) and γ.
-type NormState = (CubeTensor, CubeTensor);
+/// it normalized), γ, and with a dropout of `x` the keys its key is among.
+type NormState = (CubeTensor, CubeTensor, Option<CubeTensor>);
 
 /// The backward step of `LayerNorm(x)` or `LayerNorm(x + residual)` on an autodiff graph
 /// ([`tracked`]), its parents `x`, the residual (with `residual`), γ and, with a shift, β:
 /// the input's gradient and `[g x̂ | g]` from one launch ([`backward_rows`]), the input's
-/// gradient going to `x` and the residual alike, γ's and β's gradients that wide tensor's
-/// column sums ([`column_sums`], one pass for both).
+/// gradient going to `x` (through the dropout's mask with one) and the residual, γ's and β's
+/// gradients that wide tensor's column sums ([`column_sums`], one pass for both).
 #[derive(Debug)]
 struct NormBackward<const D: usize> {
     eps: f64,
     dims: [usize; D],
     residual: bool,
+    /// Whether β is a parent.
+    shift: bool,
+    /// A dropout of `x`: its key's index in the state's keys, its threshold and scale.
+    drop: Option<FusedDropoutParts>,
 }
 
 impl<const D: usize, const N: usize> Backward<Cube, N> for NormBackward<D> {
@@ -566,6 +738,10 @@ impl<const D: usize, const N: usize> Backward<Cube, N> for NormBackward<D> {
     fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
         let g = plain::<D>(grads.consume::<Cube>(&ops.node));
         let (x2, gamma) = (plain::<2>(ops.state.0), plain::<1>(ops.state.1));
+        let drop = self
+            .drop
+            .zip(ops.state.2)
+            .map(|(parts, keys)| FusedDropout::from_parts(plain::<1>(keys), parts));
         let [rows, d] = x2.dims();
         let g2 = g.reshape([rows, d]);
         let sums = |t: &Tensor<2>| {
@@ -573,21 +749,27 @@ impl<const D: usize, const N: usize> Backward<Cube, N> for NormBackward<D> {
             column_sums(t, t.dtype()).unwrap_or_else(|| t.clone().sum_dim(0).reshape([cols]))
         };
         // γ's and β's gradients from one pass of column sums over `[g x̂ | g]` (from the
-        // kernel), or two (burn's ops)
-        let (dx, dgamma, dbeta) = match backward_rows(&x2, &gamma, &g2, self.eps) {
-            Some((dx, wide)) => {
-                let both = sums(&wide);
-                (dx, both.clone().narrow(0, 0, d), both.narrow(0, d, d))
-            }
-            None => {
-                let (dx, g_xhat) = backward_ops(&x2, &gamma, &g2, self.eps);
-                (dx, sums(&g_xhat), sums(&g2))
-            }
-        };
+        // kernel), or two (burn's ops); `x`'s gradient through the dropout's mask in the same
+        // launch, or the dropout's own
+        let (dx, dx_dropped, dgamma, dbeta) =
+            match backward_rows(&x2, &gamma, &g2, self.eps, self.shift, drop.as_ref()) {
+                Some((dx, wide, dx_dropped)) if self.shift => {
+                    let both = sums(&wide);
+                    let (dgamma, dbeta) = (both.clone().narrow(0, 0, d), both.narrow(0, d, d));
+                    (dx, dx_dropped, dgamma, Some(dbeta))
+                }
+                Some((dx, g_xhat, dx_dropped)) => (dx, dx_dropped, sums(&g_xhat), None),
+                None => {
+                    let (dx, g_xhat) = backward_ops(&x2, &gamma, &g2, self.eps);
+                    let dx_dropped = drop.as_ref().map(|drop| drop.apply_to(dx.clone()));
+                    (dx, dx_dropped, sums(&g_xhat), self.shift.then(|| sums(&g2)))
+                }
+            };
         let dx = dx.reshape(self.dims);
         let mut parents = ops.parents.into_iter();
         if let Some(Some(node)) = parents.next() {
-            grads.register::<Cube>(node.id, primitive(dx.clone()));
+            let dx_x = dx_dropped.map_or_else(|| dx.clone(), |t| t.reshape(self.dims));
+            grads.register::<Cube>(node.id, primitive(dx_x));
         }
         if self.residual
             && let Some(Some(node)) = parents.next()
@@ -597,7 +779,7 @@ impl<const D: usize, const N: usize> Backward<Cube, N> for NormBackward<D> {
         if let Some(Some(node)) = parents.next() {
             grads.register::<Cube>(node.id, primitive(dgamma));
         }
-        if let Some(Some(node)) = parents.next() {
+        if let (Some(Some(node)), Some(dbeta)) = (parents.next(), dbeta) {
             grads.register::<Cube>(node.id, primitive(dbeta));
         }
     }
@@ -983,7 +1165,9 @@ mod tests {
         let x = Tensor::<2>::random([rows, d], Distribution::Normal(0.5, 1.5), &gpu);
         let gamma = Tensor::<1>::random([d], Distribution::Normal(1.0, 0.5), &gpu);
         let g = Tensor::<2>::random([rows, d], Distribution::Normal(0.0, 1.0), &gpu);
-        let (dx, wide) = backward_rows(&x, &gamma, &g, 1e-5).expect("plain wgpu tensors");
+        let (dx, wide, none) =
+            backward_rows(&x, &gamma, &g, 1e-5, true, None).expect("plain wgpu tensors");
+        assert!(none.is_none(), "no dropout, no masked gradient");
         assert_eq!(wide.dims(), [rows, 2 * d]);
         let (gx, g_copy) = (
             wide.clone().slice([0..rows, 0..d]),
@@ -999,5 +1183,83 @@ mod tests {
             max_rel_diff(&flat(gx_ops), &flat(gx)) < 1e-5,
             "g x̂ in burn's ops"
         );
+    }
+
+    /// On a wgpu autodiff graph (Mesa's software driver in CI), LayerNorm(dropout(x) + r) with
+    /// the dropout inside the LayerNorm's launches ([`super::super::dropout_add_layer_norm`],
+    /// training mode) equals the dropout's own launch then the LayerNorm under the same seed:
+    /// values and the gradients of `x`, the residual (contiguous and strided), γ and β, to the
+    /// bit. The dropout did drop (zeros in `x`'s gradient, none in the residual's), and
+    /// another seed gives other values.
+    #[test]
+    fn a_dropout_inside_the_layer_norm_equals_its_own_launch_first() {
+        let Some(gpu) =
+            crate::test_wgpu("a_dropout_inside_the_layer_norm_equals_its_own_launch_first")
+        else {
+            return;
+        };
+        let _rng = crate::rng_lock();
+        let ad = gpu.clone().autodiff();
+        let values = |t: Tensor<3>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        let values1 = |t: Tensor<1>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        let (eps, p) = (1e-12, 0.1);
+        let dropout_module = burn::nn::DropoutConfig::new(p).init();
+        for (a, b, d) in [(3, 70, 48), (2, 5, 384)] {
+            ad.seed(5);
+            let mut module = LayerNormConfig::new(d).with_epsilon(eps).init(&ad);
+            let random = |mean: f64| Tensor::<1>::random([d], Distribution::Normal(mean, 0.5), &ad);
+            module.gamma = Param::from_tensor(random(1.0));
+            module.beta = module.beta.map(|_| Param::from_tensor(random(0.0)));
+            let x0 = Tensor::<3>::random([a, b, d], Distribution::Normal(1.5, 2.0), &gpu);
+            let r0 = Tensor::<3>::random([b, a, d], Distribution::Normal(-0.5, 1.0), &gpu);
+            let w = Tensor::<3>::random([a, b, d], Distribution::Normal(0.0, 1.0), &ad);
+            for strided in [false, true] {
+                let run = |fused: bool, seed: u64| {
+                    let x = Tensor::<3>::from_data(x0.to_data(), &ad).require_grad();
+                    let r = Tensor::<3>::from_data(r0.to_data(), &ad).require_grad();
+                    let res = if strided {
+                        r.clone().swap_dims(0, 1)
+                    } else {
+                        r.clone().reshape([a, b, d])
+                    };
+                    ad.seed(seed);
+                    let y = if fused {
+                        super::super::dropout_add_layer_norm(
+                            &dropout_module,
+                            &module,
+                            eps,
+                            x.clone(),
+                            res,
+                        )
+                    } else {
+                        let dropped = super::super::dropout(&dropout_module, x.clone());
+                        try_add_layer_norm(&module, eps, dropped, res).expect("a wgpu graph")
+                    };
+                    let grads = (y.clone() * w.clone()).sum().backward();
+                    (
+                        values(y),
+                        values(x.grad(&grads).unwrap()),
+                        values(r.grad(&grads).unwrap().reshape([a, b, d])),
+                        values1(module.gamma.grad(&grads).unwrap()),
+                        values1(module.beta.as_ref().unwrap().grad(&grads).unwrap()),
+                    )
+                };
+                let what = format!("[{a}, {b}, {d}] strided residual {strided}");
+                let (own, inside) = (run(false, 9), run(true, 9));
+                assert_eq!(own.0, inside.0, "{what}: values");
+                assert_eq!(own.1, inside.1, "{what}: x's gradient");
+                assert_eq!(own.2, inside.2, "{what}: the residual's gradient");
+                assert_eq!(own.3, inside.3, "{what}: γ's gradient");
+                assert_eq!(own.4, inside.4, "{what}: β's gradient");
+                let zeros = |v: &[f32]| v.iter().filter(|&&g| g == 0.0).count();
+                assert!(zeros(&inside.1) > 0, "{what}: the dropout dropped");
+                assert_eq!(zeros(&inside.2), 0, "{what}: the residual is not dropped");
+                assert_ne!(
+                    run(true, 10).0,
+                    inside.0,
+                    "{what}: another seed, another mask"
+                );
+            }
+        }
     }
 }

@@ -21,6 +21,7 @@ use burn::tensor::DType;
 use cubecl::CubeDim;
 use cubecl::ir::ElemType;
 
+use super::cube_dropout::{FusedDropout, FusedDropoutParts};
 use super::cube_kit::{cube, cube_count, finish, primitive};
 use super::routed::{CubeTensor, float_kind};
 
@@ -30,6 +31,7 @@ const UNITS: usize = 64;
 mod kernel {
     use cubecl::prelude::*;
 
+    use crate::ops::cube_dropout::kernel::kept;
     use crate::ops::cube_kit::kernel::cube_fold;
 
     /// Where row `row` (of `heads` × `queries` a batch entry) of a `[B, H, Lq, Lk]` tensor
@@ -55,6 +57,29 @@ mod kernel {
         b * mask.stride(0) + h * mask.stride(1) + i * mask.stride(2)
     }
 
+    /// The probabilities' gradient at `at`; with `dropped` the dropped probabilities' gradient
+    /// through the dropout's mask (element `i`), rounded to the tensors' type as the dropout's
+    /// own backward launch stores it.
+    #[allow(clippy::too_many_arguments)]
+    #[cube]
+    fn grad_of<F: Float>(
+        grad: &Tensor<F>,
+        keys: &Tensor<f32>,
+        at: usize,
+        i: usize,
+        key_base: usize,
+        threshold: u32,
+        keep_scale: f32,
+        #[comptime] dropped: bool,
+    ) -> f32 {
+        let mut g = f32::cast_from(grad[at]);
+        if dropped {
+            let keep = kept(keys, key_base, i, threshold);
+            g = f32::cast_from(F::cast_from(select(keep, g * keep_scale, 0.0f32)));
+        }
+        g
+    }
+
     /// `fill` where the mask at `m_at` is not zero, else `scale` times the score at `at`.
     #[cube]
     fn masked_score<F: Float>(
@@ -69,18 +94,27 @@ mod kernel {
     }
 
     /// One row of `probs = softmax(x)` per cube, `x_j = fill` where `mask_j` is not zero and
-    /// `scale scores_j` elsewhere: `scores` `[B, H, Lq, Lk]` with any strides, `probs` of the
-    /// same shape, `mask` `[B, 1 or H, Lq, Lk]` (broadcast dimensions read in place).
+    /// `scale scores_j` elsewhere, and with `dropped` `dropped_probs`, the probabilities
+    /// through the dropout of the key at `key_base` of `keys` (element `row · Lk + j`, as the
+    /// dropout's own launch numbers them): `scores` `[B, H, Lq, Lk]` with any strides, `probs`
+    /// and `dropped_probs` of the same shape, `mask` `[B, 1 or H, Lq, Lk]` (broadcast
+    /// dimensions read in place).
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
     pub(super) fn masked_softmax_rows<F: Float>(
         scores: &Tensor<F>,
         mask: &Tensor<f32>,
+        keys: &Tensor<f32>,
         probs: &mut Tensor<F>,
+        dropped_probs: &mut Tensor<F>,
         rows: usize,
         scale: f32,
         fill: f32,
+        key_base: usize,
+        threshold: u32,
+        keep_scale: f32,
         #[comptime] units: usize,
+        #[comptime] dropped: bool,
         #[define(F)] _dtype: ElemType,
     ) {
         // a cube past the last row (the second axis's last cubes) computes the last row
@@ -151,26 +185,49 @@ mod kernel {
                     scale,
                     fill,
                 );
-                probs[p_base + j * p_step] = F::cast_from(f32::exp(x - top) / sum);
+                let p = F::cast_from(f32::exp(x - top) / sum);
+                probs[p_base + j * p_step] = p;
+                if dropped {
+                    // as the dropout's own launch computes it from `p`
+                    let keep = kept(keys, key_base, row * lk + j, threshold);
+                    let at = row_base(
+                        row,
+                        heads,
+                        queries,
+                        (
+                            dropped_probs.stride(0),
+                            dropped_probs.stride(1),
+                            dropped_probs.stride(2),
+                        ),
+                    ) + j * dropped_probs.stride(3);
+                    dropped_probs[at] =
+                        F::cast_from(select(keep, f32::cast_from(p) * keep_scale, 0.0f32));
+                }
                 j += units;
             }
         }
     }
 
     /// The backward step of one row of `masked_softmax_rows` per cube, `grad` the
-    /// probabilities' gradient: `d_scores_j = scale p_j (grad_j - Σ_k p_k grad_k)` where
-    /// `mask_j` is zero, `0` where it is not. `probs`, `grad` and `d_scores`
-    /// `[B, H, Lq, Lk]` with any strides.
+    /// probabilities' gradient (with `dropped` the dropped probabilities', taken through the
+    /// dropout's mask first, as its own backward launch would): `d_scores_j = scale p_j
+    /// (grad_j - Σ_k p_k grad_k)` where `mask_j` is zero, `0` where it is not. `probs`, `grad`
+    /// and `d_scores` `[B, H, Lq, Lk]` with any strides.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
     pub(super) fn masked_softmax_backward_rows<F: Float>(
         probs: &Tensor<F>,
         grad: &Tensor<F>,
         mask: &Tensor<f32>,
+        keys: &Tensor<f32>,
         d_scores: &mut Tensor<F>,
         rows: usize,
         scale: f32,
+        key_base: usize,
+        threshold: u32,
+        keep_scale: f32,
         #[comptime] units: usize,
+        #[comptime] dropped: bool,
         #[define(F)] _dtype: ElemType,
     ) {
         let cube = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize;
@@ -204,8 +261,17 @@ mod kernel {
         let mut dot = 0.0f32;
         let mut j = unit;
         while j < lk {
-            dot += f32::cast_from(probs[p_base + j * p_step])
-                * f32::cast_from(grad[g_base + j * g_step]);
+            let g = grad_of(
+                grad,
+                keys,
+                g_base + j * g_step,
+                row * lk + j,
+                key_base,
+                threshold,
+                keep_scale,
+                dropped,
+            );
+            dot += f32::cast_from(probs[p_base + j * p_step]) * g;
             j += units;
         }
         let dot = cube_fold(&mut partial, dot, unit, units, false);
@@ -214,7 +280,16 @@ mod kernel {
             j = unit;
             while j < lk {
                 let p = f32::cast_from(probs[p_base + j * p_step]);
-                let g = f32::cast_from(grad[g_base + j * g_step]);
+                let g = grad_of(
+                    grad,
+                    keys,
+                    g_base + j * g_step,
+                    row * lk + j,
+                    key_base,
+                    threshold,
+                    keep_scale,
+                    dropped,
+                );
                 let d = select(
                     mask[m_base + j * m_step] != 0.0,
                     0.0f32,
@@ -233,17 +308,32 @@ fn float_mask(mask: &Tensor<4, Bool>) -> Tensor<4> {
     mask.clone().float().cast(DType::F32)
 }
 
-/// [`try_masked_softmax`]'s forward launch on plain cubecl tensors (`None` when one is not a
-/// cubecl tensor or is stored tiled).
-fn forward(scores: &Tensor<4>, mask: &Tensor<4>, scale: f32, fill: f32) -> Option<Tensor<4>> {
+/// [`try_masked_softmax`]'s forward launch on plain cubecl tensors: the probabilities, and
+/// with `drop` the dropped probabilities (`None` when a tensor is not a cubecl tensor or is
+/// stored tiled).
+fn forward(
+    scores: &Tensor<4>,
+    mask: &Tensor<4>,
+    scale: f32,
+    fill: f32,
+    drop: Option<&FusedDropout>,
+) -> Option<(Tensor<4>, Option<Tensor<4>>)> {
     let dims = scores.dims();
     let rows = dims[0] * dims[1] * dims[2];
     let (sp, mp) = (cube(scores)?, cube(mask)?);
-    let probs = Tensor::<4>::empty(dims, (&scores.device(), scores.dtype()));
+    let device = scores.device();
+    let empty = || Tensor::<4>::empty(dims, (&device, scores.dtype()));
+    let probs = empty();
+    // a one-element stand-in without a dropout (the kernel writes it only with one)
+    let dropped = match drop {
+        Some(_) => empty(),
+        None => Tensor::<4>::empty([1, 1, 1, 1], (&device, scores.dtype())),
+    };
     if rows * dims[3] == 0 {
-        return Some(probs);
+        return Some((probs, drop.map(|_| dropped)));
     }
-    let pp = cube(&probs)?;
+    let (keys, key_base, threshold, keep_scale) = FusedDropout::args(drop, &device);
+    let (pp, dp, kp) = (cube(&probs)?, cube(&dropped)?, cube(&keys)?);
     let client = pp.client.clone();
     kernel::masked_softmax_rows::launch(
         &client,
@@ -251,31 +341,41 @@ fn forward(scores: &Tensor<4>, mask: &Tensor<4>, scale: f32, fill: f32) -> Optio
         CubeDim::new_1d(UNITS as u32),
         sp.into_tensor_arg(),
         mp.into_tensor_arg(),
+        kp.into_tensor_arg(),
         pp.into_tensor_arg(),
+        dp.into_tensor_arg(),
         rows,
         scale,
         fill,
+        key_base,
+        threshold,
+        keep_scale,
         UNITS,
+        drop.is_some(),
         ElemType::Float(float_kind(scores.dtype())?),
     );
-    Some(probs)
+    Some((probs, drop.map(|_| dropped)))
 }
 
-/// The backward launch of [`try_masked_softmax`] for the probabilities' gradient `grad`.
+/// The backward launch of [`try_masked_softmax`] for the probabilities' gradient `grad`
+/// (with `drop`, the dropped probabilities' gradient).
 fn backward(
     probs: &Tensor<4>,
     grad: &Tensor<4>,
     mask: &Tensor<4>,
     scale: f32,
+    drop: Option<&FusedDropout>,
 ) -> Option<Tensor<4>> {
     let dims = probs.dims();
     let rows = dims[0] * dims[1] * dims[2];
     let (pp, gp, mp) = (cube(probs)?, cube(grad)?, cube(mask)?);
-    let d_scores = Tensor::<4>::empty(dims, (&probs.device(), probs.dtype()));
+    let device = probs.device();
+    let d_scores = Tensor::<4>::empty(dims, (&device, probs.dtype()));
     if rows * dims[3] == 0 {
         return Some(d_scores);
     }
-    let dp = cube(&d_scores)?;
+    let (keys, key_base, threshold, keep_scale) = FusedDropout::args(drop, &device);
+    let (dp, kp) = (cube(&d_scores)?, cube(&keys)?);
     let client = dp.client.clone();
     kernel::masked_softmax_backward_rows::launch(
         &client,
@@ -284,10 +384,15 @@ fn backward(
         pp.into_tensor_arg(),
         gp.into_tensor_arg(),
         mp.into_tensor_arg(),
+        kp.into_tensor_arg(),
         dp.into_tensor_arg(),
         rows,
         scale,
+        key_base,
+        threshold,
+        keep_scale,
         UNITS,
+        drop.is_some(),
         ElemType::Float(float_kind(probs.dtype())?),
     );
     Some(d_scores)
@@ -312,6 +417,10 @@ fn backward_ops(probs: &Tensor<4>, grad: &Tensor<4>, mask: &Tensor<4>, scale: f3
 /// device: plain tensors as one launch, an autodiff graph (without checkpointing) as the same
 /// launch with [`SoftmaxBackward`]'s backward step; anything else is handed back as
 /// `Err(scores)`. A row whose keys are all masked gets `1 / Lk` on each (`fill` everywhere).
+/// With `drop`, an active dropout's probability (`0 < p < 1`, on an autodiff graph), the
+/// output is the probabilities through that dropout, applied in the same launches forward
+/// and backward with the masks the dropout's own launches would draw
+/// ([`super::cube_dropout`]); `Err` then means it was not applied either.
 ///
 /// # Shapes
 /// - `scores`: `[B, H, Lq, Lk]`
@@ -323,6 +432,7 @@ pub(crate) fn try_masked_softmax(
     mask: &Tensor<4, Bool>,
     scale: f32,
     fill: f32,
+    drop: Option<f64>,
 ) -> Result<Tensor<4>, Tensor<4>> {
     let [b, h, lq, lk] = scores.dims();
     let [mb, mh, mq, mk] = mask.dims();
@@ -338,7 +448,7 @@ pub(crate) fn try_masked_softmax(
     {
         return Err(scores); // before the mask's conversion costs anything
     }
-    try_masked_softmax_f32(scores, &float_mask(mask), scale, fill)
+    try_masked_softmax_f32(scores, &float_mask(mask), scale, fill, drop)
 }
 
 /// [`try_masked_softmax`] with the mask as f32 values (`1` on masked keys, `0` elsewhere;
@@ -354,6 +464,7 @@ pub(crate) fn try_masked_softmax_f32(
     mask: &Tensor<4>,
     scale: f32,
     fill: f32,
+    drop: Option<f64>,
 ) -> Result<Tensor<4>, Tensor<4>> {
     let [b, h, lq, lk] = scores.dims();
     let [mb, mh, mq, mk] = mask.dims();
@@ -361,12 +472,16 @@ pub(crate) fn try_masked_softmax_f32(
     if float_kind(scores.dtype()).is_none()
         || mask.dtype() != DType::F32
         || !(fits(mb, b) && fits(mh, h) && fits(mq, lq) && fits(mk, lk))
+        || drop.is_some_and(|p| !(p > 0.0 && p < 1.0))
     {
         return Err(scores);
     }
     if !scores.device().is_autodiff() {
-        return match forward(&scores, mask, scale, fill) {
-            Some(probs) => Ok(probs),
+        if drop.is_some() {
+            return Err(scores); // no dropout off a graph
+        }
+        return match forward(&scores, mask, scale, fill, None) {
+            Some((probs, _)) => Ok(probs),
             None => Err(scores),
         };
     }
@@ -379,29 +494,38 @@ pub(crate) fn try_masked_softmax_f32(
         return Err(scores);
     };
     let mask = Tensor::<4>::from_primitive::<Cube>(mask.primitive().clone());
-    let Some(probs) = forward(&inner, &mask, scale, fill) else {
+    // the key drawn last, once nothing declines
+    let drop = drop.map(|p| FusedDropout::draw(p, &inner.device()));
+    let Some((probs, dropped)) = forward(&inner, &mask, scale, fill, drop.as_ref()) else {
         return Err(scores);
     };
     let (probs, mask) = (primitive(probs), primitive(mask));
-    let step = SoftmaxBackward { scale };
+    let out = dropped.map_or_else(|| probs.clone(), primitive);
+    let (keys, drop) = drop.map(FusedDropout::into_parts).unzip();
+    let keys = keys.map(primitive);
+    let step = SoftmaxBackward { scale, drop };
     let kind = step
         .prepare::<NoCheckpointing>([sp.node()])
         .compute_bound()
         .stateful();
-    let out = finish(kind, (probs.clone(), mask), probs);
+    let out = finish(kind, (probs, mask, keys), out);
     Ok(Tensor::from_primitive::<Autodiff<Cube>>(out))
 }
 
 /// The backward step of [`try_masked_softmax`]: the scores' gradient from the probabilities
-/// and their gradient, in one launch ([`backward`]; burn's ops where that does not run).
+/// and their gradient (with a dropout, the dropped probabilities' gradient through its mask),
+/// in one launch ([`backward`]; burn's ops where that does not run).
 #[derive(Debug)]
 struct SoftmaxBackward {
     scale: f32,
+    /// A dropout of the probabilities: its key's index in the state's keys, its threshold and
+    /// scale.
+    drop: Option<FusedDropoutParts>,
 }
 
 impl Backward<Cube, 1> for SoftmaxBackward {
-    /// The probabilities, and the f32 mask.
-    type State = (CubeTensor, CubeTensor);
+    /// The probabilities, the f32 mask, and with a dropout the keys its key is among.
+    type State = (CubeTensor, CubeTensor, Option<CubeTensor>);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let grad = Tensor::<4>::from_primitive::<Cube>(grads.consume::<Cube>(&ops.node));
@@ -411,8 +535,17 @@ impl Backward<Cube, 1> for SoftmaxBackward {
         };
         let probs = Tensor::<4>::from_primitive::<Cube>(ops.state.0);
         let mask = Tensor::<4>::from_primitive::<Cube>(ops.state.1);
-        let d = backward(&probs, &grad, &mask, self.scale)
-            .unwrap_or_else(|| backward_ops(&probs, &grad, &mask, self.scale));
+        let drop = self.drop.zip(ops.state.2).map(|(parts, keys)| {
+            FusedDropout::from_parts(Tensor::<1>::from_primitive::<Cube>(keys), parts)
+        });
+        let d = backward(&probs, &grad, &mask, self.scale, drop.as_ref()).unwrap_or_else(|| {
+            // the dropout's backward launch, then the softmax's in burn's ops
+            let grad = match &drop {
+                Some(drop) => drop.apply_to(grad.clone()),
+                None => grad.clone(),
+            };
+            backward_ops(&probs, &grad, &mask, self.scale)
+        });
         grads.register::<Cube>(node.id, primitive(d));
     }
 }
@@ -469,18 +602,19 @@ mod tests {
             let mask = key_mask(&masked, l, l, &gpu);
             let scores = Tensor::<4>::random([b, h, l, l], Distribution::Normal(0.0, 3.0), &gpu);
             let expected = values(reference(scores.clone(), &mask));
-            let got = try_masked_softmax(scores.clone(), &mask, scale, fill).expect("plain wgpu");
+            let got =
+                try_masked_softmax(scores.clone(), &mask, scale, fill, None).expect("plain wgpu");
             let diff = max_rel_diff(&expected, &values(got));
             assert!(diff < 1e-5, "[{b}, {h}, {l}]: {diff}");
             // the same scores stored transposed (keys before queries)
             let stored = Tensor::<4>::from_data(scores.clone().swap_dims(2, 3).into_data(), &gpu);
-            let got =
-                try_masked_softmax(stored.swap_dims(2, 3), &mask, scale, fill).expect("strided");
+            let got = try_masked_softmax(stored.swap_dims(2, 3), &mask, scale, fill, None)
+                .expect("strided");
             let diff = max_rel_diff(&expected, &values(got));
             assert!(diff < 1e-5, "[{b}, {h}, {l}] transposed: {diff}");
             let half = scores.clone().cast(DType::F16);
             let expected16 = values(reference(half.clone().cast(DType::F32), &mask));
-            let got = try_masked_softmax(half, &mask, scale, fill).expect("f16");
+            let got = try_masked_softmax(half, &mask, scale, fill, None).expect("f16");
             let diff = max_rel_diff(&expected16, &values(got));
             assert!(diff < 2e-3, "[{b}, {h}, {l}] f16: {diff}");
 
@@ -491,7 +625,7 @@ mod tests {
                 let s = Tensor::<4>::from_data(scores.to_data(), &ad).require_grad();
                 let s2 = s.clone() * 1.0;
                 let p = if ours {
-                    try_masked_softmax(s2, &mask_ad, scale, fill).expect("an autodiff graph")
+                    try_masked_softmax(s2, &mask_ad, scale, fill, None).expect("an autodiff graph")
                 } else {
                     reference(s2, &mask_ad)
                 };
@@ -516,7 +650,8 @@ mod tests {
             let scores = Tensor::<4>::random(dims, Distribution::Normal(0.0, 3.0), &gpu);
             let mask = Tensor::<4>::random(mask_dims, Distribution::Bernoulli(0.3), &gpu).bool();
             let expected = values(reference(scores.clone(), &mask));
-            let got = try_masked_softmax(scores.clone(), &mask, scale, fill).expect("plain wgpu");
+            let got =
+                try_masked_softmax(scores.clone(), &mask, scale, fill, None).expect("plain wgpu");
             let diff = max_rel_diff(&expected, &values(got));
             assert!(diff < 1e-5, "{dims:?}: {diff}");
             let ad = gpu.clone().autodiff();
@@ -525,7 +660,7 @@ mod tests {
             let run = |ours: bool| {
                 let s = Tensor::<4>::from_data(scores.to_data(), &ad).require_grad();
                 let p = if ours {
-                    try_masked_softmax(s.clone(), &mask_ad, scale, fill).expect("autodiff")
+                    try_masked_softmax(s.clone(), &mask_ad, scale, fill, None).expect("autodiff")
                 } else {
                     reference(s.clone(), &mask_ad)
                 };
@@ -540,7 +675,7 @@ mod tests {
         let mask = float_mask(&key_mask(&[5, 0], l, l, &gpu));
         let probs = Tensor::<4>::random([b, h, l, l], Distribution::Uniform(0.0, 0.1), &gpu);
         let grad = Tensor::<4>::random([b, h, l, l], Distribution::Normal(0.0, 1.0), &gpu);
-        let kernel = backward(&probs, &grad, &mask, scale).expect("plain wgpu tensors");
+        let kernel = backward(&probs, &grad, &mask, scale, None).expect("plain wgpu tensors");
         let ops = backward_ops(&probs, &grad, &mask, scale);
         assert!(
             max_rel_diff(&values(ops), &values(kernel)) < 1e-5,
@@ -550,8 +685,69 @@ mod tests {
         let scores = Tensor::<4>::zeros([2, 1, 3, 4], &gpu);
         let other = key_mask(&[0, 0], 3, 5, &gpu);
         assert!(
-            try_masked_softmax(scores, &other, 1.0, fill).is_err(),
+            try_masked_softmax(scores, &other, 1.0, fill, None).is_err(),
             "a mask of other keys"
+        );
+    }
+
+    /// On a wgpu autodiff graph (Mesa's software driver in CI), the dropout of the attention
+    /// probabilities inside the softmax's launches equals the softmax then the dropout's own
+    /// launch under the same seed: the dropped probabilities and the scores' gradient, to the
+    /// bit, for scores plain and transposed, more keys than a cube's units, masked keys. The
+    /// dropout did drop, and another seed gives other values.
+    #[test]
+    fn a_dropout_inside_the_softmax_equals_its_own_launch_after() {
+        let Some(gpu) =
+            crate::test_wgpu("a_dropout_inside_the_softmax_equals_its_own_launch_after")
+        else {
+            return;
+        };
+        let _rng = crate::rng_lock();
+        let ad = gpu.clone().autodiff();
+        let p = 0.1;
+        let module = burn::nn::DropoutConfig::new(p).init();
+        for (b, h, l, masked) in [(2, 3, 7, vec![0, 3]), (1, 2, 90, vec![20])] {
+            let mask = key_mask(&masked, l, l, &ad);
+            let s0 = Tensor::<4>::random([b, h, l, l], Distribution::Normal(0.0, 2.0), &gpu);
+            let r = Tensor::<4>::random([b, h, l, l], Distribution::Normal(0.0, 1.0), &ad);
+            for transposed in [false, true] {
+                let run = |inside: bool, seed: u64| {
+                    let s = Tensor::<4>::from_data(s0.to_data(), &ad).require_grad();
+                    let scores = if transposed {
+                        s.clone().swap_dims(2, 3)
+                    } else {
+                        s.clone()
+                    };
+                    ad.seed(seed);
+                    let y = if inside {
+                        try_masked_softmax(scores, &mask, 0.5, -6e4, Some(p)).expect("a graph")
+                    } else {
+                        let probs = try_masked_softmax(scores, &mask, 0.5, -6e4, None).unwrap();
+                        super::super::dropout(&module, probs)
+                    };
+                    let grads = (y.clone() * r.clone()).sum().backward();
+                    (values(y), values(s.grad(&grads).unwrap()))
+                };
+                let what = format!("[{b}, {h}, {l}, {l}] transposed {transposed}");
+                let (own, inside) = (run(false, 3), run(true, 3));
+                assert_eq!(own.0, inside.0, "{what}: the dropped probabilities");
+                assert_eq!(own.1, inside.1, "{what}: the scores' gradient");
+                assert!(
+                    own.0.iter().filter(|&&v| v == 0.0).count() > masked.iter().sum::<usize>(),
+                    "{what}: the dropout dropped"
+                );
+                assert_ne!(
+                    run(true, 4).0,
+                    inside.0,
+                    "{what}: another seed, another mask"
+                );
+            }
+        }
+        let plain = Tensor::<4>::zeros([1, 1, 2, 2], &gpu);
+        let mask = key_mask(&[0], 2, 2, &gpu);
+        assert!(
+            try_masked_softmax(plain, &mask, 1.0, -6e4, Some(p)).is_err(),
+            "no dropout off a graph"
         );
     }
 }

@@ -423,6 +423,41 @@ pub(crate) fn add_layer_norm<const D: usize>(
     layer_norm(module, eps, x + residual)
 }
 
+/// The probability of `module`'s dropout on `device` when it is active (training mode on an
+/// autodiff device, as [`dropout`] decides it) and one a kernel applies inside its own
+/// launches (`0 < prob < 1`), else `None`.
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+pub(crate) fn fused_dropout_prob(module: &Dropout, device: &Device) -> Option<f64> {
+    (module.training.is_enabled() && device.is_autodiff() && module.prob > 0.0 && module.prob < 1.0)
+        .then_some(module.prob)
+}
+
+/// `module.forward(dropout(x) + residual)` ([`dropout`], then [`add_layer_norm`]): on a cubecl
+/// device in training (not in `fusion` builds) the dropout inside the LayerNorm's launches,
+/// forward and backward, with the masks its own launches would draw; elsewhere the two
+/// calls.
+///
+/// # Shapes
+/// - `x`, `residual`: `[..., d]`, `d` the module's width
+/// - output: like `x`
+pub(crate) fn dropout_add_layer_norm<const D: usize>(
+    drop: &Dropout,
+    module: &LayerNorm,
+    eps: f64,
+    x: Tensor<D>,
+    residual: Tensor<D>,
+) -> Tensor<D> {
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    let (x, residual) = match fused_dropout_prob(drop, &x.device()) {
+        Some(prob) => match cube_norm::try_dropout_add_layer_norm(module, eps, x, residual, prob) {
+            Ok(y) => return y,
+            Err(operands) => operands,
+        },
+        None => (x, residual),
+    };
+    add_layer_norm(module, eps, dropout(drop, x), residual)
+}
+
 /// `module.forward(x)`, with `eps` the module's epsilon (burn keeps it private, so the caller
 /// passes the value it configured the module with).
 ///

@@ -582,24 +582,25 @@ mod tests {
                 &device,
             );
             let softmax = super::super::cube_softmax::try_masked_softmax_f32;
-            let got = softmax(scores.clone(), &mask, 0.5, -6e4).expect("the fused softmax");
+            let got = softmax(scores.clone(), &mask, 0.5, -6e4, None).expect("the fused softmax");
             let by_flags = super::super::cube_softmax::try_masked_softmax(
                 scores.clone(),
                 &packing.key_rows_mask(),
                 0.5,
                 -6e4,
+                None,
             )
             .expect("the fused softmax");
             let values = |t: Tensor<4>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
             assert_eq!(values(got), values(by_flags));
             let half = mask.clone().cast(burn::tensor::DType::F16);
             assert!(
-                softmax(scores.clone(), &half, 0.5, -6e4).is_err(),
+                softmax(scores.clone(), &half, 0.5, -6e4, None).is_err(),
                 "an f16 mask"
             );
             let short = mask.slice([0..b, 0..1, 0..1, 0..l - 1]);
             assert!(
-                softmax(scores, &short, 0.5, -6e4).is_err(),
+                softmax(scores, &short, 0.5, -6e4, None).is_err(),
                 "a mask of fewer keys"
             );
         }

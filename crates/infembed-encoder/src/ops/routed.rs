@@ -170,7 +170,17 @@ pub(crate) fn launch_affine<const D: usize>(
     };
     let mut out_dims = ld;
     out_dims[D - 1] = rd[D - 1];
-    let out = Tensor::<D>::empty(out_dims, (&lhs.device(), lhs.dtype()));
+    let out = match launcher {
+        // a product over heads (`[B, H, M, N]`, attention's) stored as `[B, M, H, N]`, which
+        // the blocked kernel writes through the view's strides: merging the heads back
+        // (`[B, M, H N]`) is then a view where it was a copy
+        Launcher::Blocked(_) if D == 4 => {
+            let mut stored = out_dims;
+            stored.swap(1, 2);
+            Tensor::<D>::empty(stored, (&lhs.device(), lhs.dtype())).swap_dims(1, 2)
+        }
+        _ => Tensor::<D>::empty(out_dims, (&lhs.device(), lhs.dtype())),
+    };
     let mut operands = Operands::plain(lhs, rhs, &out, kind)?;
     match launcher {
         Launcher::Cubek(strategy) => {
@@ -567,14 +577,23 @@ fn product_grads<const D: usize>(
     grads: &mut Gradients,
 ) {
     let launcher = routine.launcher().expect("a routed product has a launcher");
+    // `b` a transposed view over heads (attention's `kᵀ`): its gradient as `(gᵀ a)ᵀ`, whose
+    // product is stored over heads ([`launch_affine`]), so that the gradient of the tensor
+    // `b` was transposed from merges its heads back as a view rather than a copy
+    let heads_transposed =
+        D == 4 && matches!(launcher, Launcher::Blocked(_)) && b.meta.strides[D - 1] != 1;
     if let Some(id) = pa {
         let bt = plain::<D>(b).swap_dims(D - 2, D - 1);
         let da = product(routine, &launcher, g.clone(), bt);
         grads.register::<Cube>(id, primitive(da));
     }
     if let Some(id) = pb {
-        let at = plain::<D>(a).swap_dims(D - 2, D - 1);
-        let db = product(routine, &launcher, at, g);
+        let db = if heads_transposed {
+            let gt = g.swap_dims(D - 2, D - 1);
+            product(routine, &launcher, gt, plain::<D>(a)).swap_dims(D - 2, D - 1)
+        } else {
+            product(routine, &launcher, plain::<D>(a).swap_dims(D - 2, D - 1), g)
+        };
         grads.register::<Cube>(id, primitive(db));
     }
 }
