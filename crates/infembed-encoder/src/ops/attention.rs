@@ -532,4 +532,60 @@ mod tests {
             }
         }
     }
+
+    /// On a wgpu autodiff graph (Mesa's software driver in CI), the attention's probabilities
+    /// are dropped once, inside the softmax's launches: the attention through the blocked
+    /// routine with dropout equals the same products, the fused softmax without its dropout,
+    /// then the dropout's own launch, under one seed (values and the queries' gradient to the
+    /// bit), and differs from the attention without dropout.
+    #[cfg(all(feature = "wgpu", not(feature = "fusion")))]
+    #[test]
+    fn the_probabilities_are_dropped_once_inside_the_softmax() {
+        let Some(gpu) = crate::test_wgpu("the_probabilities_are_dropped_once_inside_the_softmax")
+        else {
+            return;
+        };
+        let _rng = crate::rng_lock();
+        let ad = gpu.autodiff();
+        let values = |t: Tensor<4>| t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap();
+        let (b, h, l, dh) = (2, 2, 6, 8);
+        let random = || Tensor::<4>::random([b, h, l, dh], Distribution::Normal(0.0, 1.0), &ad);
+        let (q0, k, v) = (random(), random(), random());
+        let flags: Vec<bool> = (0..b * l).map(|i| i % l >= l - 2 * (i / l)).collect();
+        let mask = Tensor::<2, Bool>::from_data(TensorData::new(flags, [b, l]), &ad)
+            .reshape([b, 1, 1, l])
+            .expand([b, 1, l, l]);
+        let dropout = DropoutConfig::new(0.3).init();
+        let routine = MatmulRoutine::BLOCKED;
+        let run = |spelled_out: bool, drop: &Dropout| {
+            let q = Tensor::<4>::from_data(q0.to_data(), &ad).require_grad();
+            ad.seed(17);
+            let y = if spelled_out {
+                let scores = matmul_routed(q.clone(), k.clone().swap_dims(2, 3), routine);
+                let scale = 1.0 / (dh as f32).sqrt();
+                let probs = super::super::cube_softmax::try_masked_softmax(
+                    scores, &mask, scale, -6e4, None,
+                )
+                .expect("the fused softmax");
+                matmul_routed(super::super::dropout(drop, probs), v.clone(), routine)
+            } else {
+                attention_with_dropout(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    mask.clone(),
+                    None,
+                    drop,
+                    routine,
+                )
+            };
+            let grads = y.clone().sum().backward();
+            (values(y), values(q.grad(&grads).unwrap()))
+        };
+        let (inside, own) = (run(false, &dropout), run(true, &dropout));
+        assert_eq!(inside.0, own.0, "the attention's values");
+        assert_eq!(inside.1, own.1, "the queries' gradient");
+        let kept = run(false, &DropoutConfig::new(0.0).init());
+        assert_ne!(inside.0, kept.0, "the dropout dropped");
+    }
 }

@@ -657,7 +657,8 @@ fn tracked<const D: usize>(
         .map(|p| plain::<D>(p.primitive().clone()).reshape([rows, d]));
     let g1 = plain::<1>(gp.primitive().clone());
     let b1 = bp.as_ref().map(|p| plain::<1>(p.primitive().clone()));
-    // the key drawn last, once nothing declines: a declined dropout draws its own
+    // the key drawn after every check that declines (a launch that still fails, on a
+    // storage-tiled tensor, leaves the caller's dropout to draw another)
     let drop = drop.map(|prob| FusedDropout::draw(prob, &x2.device()));
     let Some((y, sum)) = forward_rows(&x2, r2.as_ref(), &g1, b1.as_ref(), eps, true, drop.as_ref())
     else {
@@ -1186,8 +1187,8 @@ mod tests {
     }
 
     /// On a wgpu autodiff graph (Mesa's software driver in CI), LayerNorm(dropout(x) + r) with
-    /// the dropout inside the LayerNorm's launches ([`super::super::dropout_add_layer_norm`],
-    /// training mode) equals the dropout's own launch then the LayerNorm under the same seed:
+    /// the dropout inside the LayerNorm's launches ([`try_dropout_add_layer_norm`], which
+    /// [`super::super::dropout_add_layer_norm`] takes in training mode) equals the dropout's own launch then the LayerNorm under the same seed:
     /// values and the gradients of `x`, the residual (contiguous and strided), γ and β, to the
     /// bit. The dropout did drop (zeros in `x`'s gradient, none in the residual's), and
     /// another seed gives other values.
@@ -1224,13 +1225,13 @@ mod tests {
                     };
                     ad.seed(seed);
                     let y = if fused {
-                        super::super::dropout_add_layer_norm(
-                            &dropout_module,
-                            &module,
-                            eps,
-                            x.clone(),
-                            res,
-                        )
+                        assert_eq!(
+                            super::super::fused_dropout_prob(&dropout_module, &ad),
+                            Some(p),
+                            "ops::dropout_add_layer_norm takes this path"
+                        );
+                        try_dropout_add_layer_norm(&module, eps, x.clone(), res, p)
+                            .expect("a wgpu autodiff graph")
                     } else {
                         let dropped = super::super::dropout(&dropout_module, x.clone());
                         try_add_layer_norm(&module, eps, dropped, res).expect("a wgpu graph")

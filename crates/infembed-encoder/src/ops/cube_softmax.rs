@@ -494,7 +494,8 @@ pub(crate) fn try_masked_softmax_f32(
         return Err(scores);
     };
     let mask = Tensor::<4>::from_primitive::<Cube>(mask.primitive().clone());
-    // the key drawn last, once nothing declines
+    // the key drawn after every check that declines (a launch that still fails, on a
+    // storage-tiled tensor, leaves the caller's dropout to draw another)
     let drop = drop.map(|p| FusedDropout::draw(p, &inner.device()));
     let Some((probs, dropped)) = forward(&inner, &mask, scale, fill, drop.as_ref()) else {
         return Err(scores);
