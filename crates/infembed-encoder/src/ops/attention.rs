@@ -100,8 +100,7 @@ pub(crate) fn attention_with_dropout(
     dropout: &Dropout,
     routine: MatmulRoutine,
 ) -> Tensor<4> {
-    let active = dropout.prob > 0.0 && dropout.training.is_enabled() && q.device().is_autodiff();
-    if active || routes_products(routine, &q) {
+    if super::dropout_active(dropout, &q.device()) || routes_products(routine, &q) {
         attend_decomposed(q, k, v, mask, float_mask, dropout, routine)
     } else {
         attention(q, k, v, mask, false)

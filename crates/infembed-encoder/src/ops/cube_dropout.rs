@@ -184,20 +184,20 @@ fn next_key(device: &Device) -> Key {
     })
 }
 
-/// A dropout applied inside another kernel's launches (LayerNorm's input, attention's
-/// probabilities), with the masks of [`try_dropout`]'s: its key, the keep threshold and the
-/// scale of kept values.
-pub(super) struct FusedDropout {
+/// One dropout's mask: its key, the keep threshold and the scale of kept values. The
+/// dropout's own launch ([`try_dropout`]) applies it, and so do the kernels that apply it
+/// inside their launches (LayerNorm's input, attention's probabilities): the same masks.
+pub(super) struct DropoutMask {
     pub(super) key: Key,
     pub(super) threshold: u32,
     pub(super) scale: f32,
 }
 
-/// What a backward step keeps of a [`FusedDropout`] beside its keys: the key's index in them,
-/// the threshold and the scale.
-pub(super) type FusedDropoutParts = (usize, u32, f32);
+/// What a backward step keeps of a [`DropoutMask`] beside its keys (its state): the key's
+/// index in them, the threshold and the scale.
+pub(super) type DropoutMaskParts = (usize, u32, f32);
 
-impl FusedDropout {
+impl DropoutMask {
     /// An active dropout of probability `prob` (`0 < prob < 1`) on `device`, its key drawn
     /// now ([`next_key`]).
     pub(super) fn draw(prob: f64, device: &Device) -> Self {
@@ -210,12 +210,12 @@ impl FusedDropout {
     }
 
     /// The dropout split into its keys (for a backward step's state) and the rest.
-    pub(super) fn into_parts(self) -> (Tensor<1>, FusedDropoutParts) {
+    pub(super) fn into_parts(self) -> (Tensor<1>, DropoutMaskParts) {
         (self.key.0, (self.key.1, self.threshold, self.scale))
     }
 
     /// The dropout from [`into_parts`](Self::into_parts)' pieces.
-    pub(super) fn from_parts(keys: Tensor<1>, (base, threshold, scale): FusedDropoutParts) -> Self {
+    pub(super) fn from_parts(keys: Tensor<1>, (base, threshold, scale): DropoutMaskParts) -> Self {
         Self {
             key: (keys, base),
             threshold,
@@ -233,8 +233,9 @@ impl FusedDropout {
         }
     }
 
-    /// `t` through the mask (any shape), by the dropout's own launch: the fallback of a kernel
-    /// that did not run.
+    /// `t` through the mask (any shape; flattening a float cubecl tensor untiles it, so the
+    /// kernel takes it) by the dropout's own launch: a dropout's backward step, and the
+    /// fallback of a kernel that did not run.
     pub(super) fn apply_to<const D: usize>(&self, t: Tensor<D>) -> Tensor<D> {
         let dims = t.dims();
         let flat = t.reshape([dims.iter().product::<usize>()]);
@@ -263,22 +264,17 @@ pub(crate) fn try_dropout<const D: usize>(x: Tensor<D>, prob: f64) -> Result<Ten
     let dims = x.dims();
     let n: usize = dims.iter().product();
     let inner = plain::<D>(xp.primitive().clone()).reshape([n]);
-    let key = next_key(&inner.device());
-    let (threshold, scale) = dropout_threshold_and_scale(prob);
-    let Some(y) = apply(&inner, &key, threshold, scale) else {
+    let mask = DropoutMask::draw(prob, &inner.device());
+    let Some(y) = apply(&inner, &mask.key, mask.threshold, mask.scale) else {
         return Err(x);
     };
-    let step = DropoutBackward {
-        dims,
-        base: key.1,
-        threshold,
-        scale,
-    };
+    let (keys, mask) = mask.into_parts();
+    let step = DropoutBackward::<D> { mask };
     let kind = step
         .prepare::<NoCheckpointing>([xp.node()])
         .compute_bound()
         .stateful();
-    let out = finish(kind, primitive(key.0), primitive(y.reshape(dims)));
+    let out = finish(kind, primitive(keys), primitive(y.reshape(dims)));
     Ok(Tensor::from_primitive::<Autodiff<Cube>>(out))
 }
 
@@ -286,11 +282,7 @@ pub(crate) fn try_dropout<const D: usize>(x: Tensor<D>, prob: f64) -> Result<Ten
 /// key (the state), in one launch (burn's ops where that does not run).
 #[derive(Debug)]
 struct DropoutBackward<const D: usize> {
-    dims: [usize; D],
-    /// Where the key starts in the state's keys.
-    base: usize,
-    threshold: u32,
-    scale: f32,
+    mask: DropoutMaskParts,
 }
 
 impl<const D: usize> Backward<Cube, 1> for DropoutBackward<D> {
@@ -303,13 +295,8 @@ impl<const D: usize> Backward<Cube, 1> for DropoutBackward<D> {
         let Some(node) = parent else {
             return;
         };
-        let key = (plain::<1>(ops.state), self.base);
-        let n: usize = self.dims.iter().product();
-        let g = g.reshape([n]);
-        // a float gradient of a cubecl tensor, flattened (which untiles it): the kernel takes it
-        let dx = apply(&g, &key, self.threshold, self.scale)
-            .expect("the gradient of a cubecl float tensor is a cubecl float tensor");
-        grads.register::<Cube>(node.id, primitive(dx.reshape(self.dims)));
+        let dx = DropoutMask::from_parts(plain::<1>(ops.state), self.mask).apply_to(g);
+        grads.register::<Cube>(node.id, primitive(dx));
     }
 }
 

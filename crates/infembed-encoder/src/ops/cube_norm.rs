@@ -28,7 +28,7 @@ use burn::prelude::*;
 use cubecl::CubeDim;
 use cubecl::ir::ElemType;
 
-use super::cube_dropout::{FusedDropout, FusedDropoutParts};
+use super::cube_dropout::{DropoutMask, DropoutMaskParts};
 use super::cube_kit::{cube, cube_count, finish, plain, primitive};
 use super::cube_sum::column_sums;
 use super::routed::{CubeTensor, float_kind};
@@ -487,7 +487,7 @@ fn forward_rows(
     beta: Option<&Tensor<1>>,
     eps: f64,
     keep_sum: bool,
-    drop: Option<&FusedDropout>,
+    drop: Option<&DropoutMask>,
 ) -> Option<(Tensor<2>, Option<Tensor<2>>)> {
     let xp = cube(x)?;
     let [rows, d] = x.dims();
@@ -510,7 +510,7 @@ fn forward_rows(
         .cloned()
         .unwrap_or_else(|| Tensor::<1>::empty([1], (&device, dtype)));
     let (rp, gp, bp) = (cube(&r)?, cube(gamma)?, cube(&b)?);
-    let (keys, key_base, threshold, scale) = FusedDropout::args(drop, &device);
+    let (keys, key_base, threshold, scale) = DropoutMask::args(drop, &device);
     let kp = cube(&keys)?;
     let out = Tensor::<2>::empty([rows, d], (&device, dtype));
     let (op, sp) = (cube(&out)?, cube(&sum)?);
@@ -558,7 +558,7 @@ fn backward_rows(
     g: &Tensor<2>,
     eps: f64,
     shift: bool,
-    drop: Option<&FusedDropout>,
+    drop: Option<&DropoutMask>,
 ) -> Option<(Tensor<2>, Tensor<2>, Option<Tensor<2>>)> {
     let (xp, gp, gradp) = (cube(x)?, cube(gamma)?, cube(g)?);
     let [rows, d] = x.dims();
@@ -571,7 +571,7 @@ fn backward_rows(
     } else {
         empty(1, 1)
     };
-    let (keys, key_base, threshold, scale) = FusedDropout::args(drop, &device);
+    let (keys, key_base, threshold, scale) = DropoutMask::args(drop, &device);
     let (dxp, gxp, ddp, kp) = (cube(&dx)?, cube(&g_xhat)?, cube(&dx_dropped)?, cube(&keys)?);
     let client = dxp.client.clone();
     kernel::layer_norm_backward_rows::launch(
@@ -659,14 +659,14 @@ fn tracked<const D: usize>(
     let b1 = bp.as_ref().map(|p| plain::<1>(p.primitive().clone()));
     // the key drawn after every check that declines (a launch that still fails, on a
     // storage-tiled tensor, leaves the caller's dropout to draw another)
-    let drop = drop.map(|prob| FusedDropout::draw(prob, &x2.device()));
+    let drop = drop.map(|prob| DropoutMask::draw(prob, &x2.device()));
     let Some((y, sum)) = forward_rows(&x2, r2.as_ref(), &g1, b1.as_ref(), eps, true, drop.as_ref())
     else {
         return Err((x, residual));
     };
     let y = primitive(y.reshape(dims));
     // the backward step normalizes again what the forward step did: `x`, or the kept sum
-    let (keys, drop) = drop.map(FusedDropout::into_parts).unzip();
+    let (keys, drop) = drop.map(DropoutMask::into_parts).unzip();
     let state = (
         primitive(sum.unwrap_or(x2)),
         primitive(g1),
@@ -730,7 +730,7 @@ struct NormBackward<const D: usize> {
     /// Whether β is a parent.
     shift: bool,
     /// A dropout of `x`: its key's index in the state's keys, its threshold and scale.
-    drop: Option<FusedDropoutParts>,
+    drop: Option<DropoutMaskParts>,
 }
 
 impl<const D: usize, const N: usize> Backward<Cube, N> for NormBackward<D> {
@@ -742,7 +742,7 @@ impl<const D: usize, const N: usize> Backward<Cube, N> for NormBackward<D> {
         let drop = self
             .drop
             .zip(ops.state.2)
-            .map(|(parts, keys)| FusedDropout::from_parts(plain::<1>(keys), parts));
+            .map(|(parts, keys)| DropoutMask::from_parts(plain::<1>(keys), parts));
         let [rows, d] = x2.dims();
         let g2 = g.reshape([rows, d]);
         let sums = |t: &Tensor<2>| {

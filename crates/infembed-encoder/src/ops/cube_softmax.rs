@@ -21,7 +21,7 @@ use burn::tensor::DType;
 use cubecl::CubeDim;
 use cubecl::ir::ElemType;
 
-use super::cube_dropout::{FusedDropout, FusedDropoutParts};
+use super::cube_dropout::{DropoutMask, DropoutMaskParts};
 use super::cube_kit::{cube, cube_count, finish, primitive};
 use super::routed::{CubeTensor, float_kind};
 
@@ -316,7 +316,7 @@ fn forward(
     mask: &Tensor<4>,
     scale: f32,
     fill: f32,
-    drop: Option<&FusedDropout>,
+    drop: Option<&DropoutMask>,
 ) -> Option<(Tensor<4>, Option<Tensor<4>>)> {
     let dims = scores.dims();
     let rows = dims[0] * dims[1] * dims[2];
@@ -332,7 +332,7 @@ fn forward(
     if rows * dims[3] == 0 {
         return Some((probs, drop.map(|_| dropped)));
     }
-    let (keys, key_base, threshold, keep_scale) = FusedDropout::args(drop, &device);
+    let (keys, key_base, threshold, keep_scale) = DropoutMask::args(drop, &device);
     let (pp, dp, kp) = (cube(&probs)?, cube(&dropped)?, cube(&keys)?);
     let client = pp.client.clone();
     kernel::masked_softmax_rows::launch(
@@ -364,7 +364,7 @@ fn backward(
     grad: &Tensor<4>,
     mask: &Tensor<4>,
     scale: f32,
-    drop: Option<&FusedDropout>,
+    drop: Option<&DropoutMask>,
 ) -> Option<Tensor<4>> {
     let dims = probs.dims();
     let rows = dims[0] * dims[1] * dims[2];
@@ -374,7 +374,7 @@ fn backward(
     if rows * dims[3] == 0 {
         return Some(d_scores);
     }
-    let (keys, key_base, threshold, keep_scale) = FusedDropout::args(drop, &device);
+    let (keys, key_base, threshold, keep_scale) = DropoutMask::args(drop, &device);
     let (dp, kp) = (cube(&d_scores)?, cube(&keys)?);
     let client = dp.client.clone();
     kernel::masked_softmax_backward_rows::launch(
@@ -496,13 +496,13 @@ pub(crate) fn try_masked_softmax_f32(
     let mask = Tensor::<4>::from_primitive::<Cube>(mask.primitive().clone());
     // the key drawn after every check that declines (a launch that still fails, on a
     // storage-tiled tensor, leaves the caller's dropout to draw another)
-    let drop = drop.map(|p| FusedDropout::draw(p, &inner.device()));
+    let drop = drop.map(|p| DropoutMask::draw(p, &inner.device()));
     let Some((probs, dropped)) = forward(&inner, &mask, scale, fill, drop.as_ref()) else {
         return Err(scores);
     };
     let (probs, mask) = (primitive(probs), primitive(mask));
     let out = dropped.map_or_else(|| probs.clone(), primitive);
-    let (keys, drop) = drop.map(FusedDropout::into_parts).unzip();
+    let (keys, drop) = drop.map(DropoutMask::into_parts).unzip();
     let keys = keys.map(primitive);
     let step = SoftmaxBackward { scale, drop };
     let kind = step
@@ -521,7 +521,7 @@ struct SoftmaxBackward {
     scale: f32,
     /// A dropout of the probabilities: its key's index in the state's keys, its threshold and
     /// scale.
-    drop: Option<FusedDropoutParts>,
+    drop: Option<DropoutMaskParts>,
 }
 
 impl Backward<Cube, 1> for SoftmaxBackward {
@@ -537,7 +537,7 @@ impl Backward<Cube, 1> for SoftmaxBackward {
         let probs = Tensor::<4>::from_primitive::<Cube>(ops.state.0);
         let mask = Tensor::<4>::from_primitive::<Cube>(ops.state.1);
         let drop = self.drop.zip(ops.state.2).map(|(parts, keys)| {
-            FusedDropout::from_parts(Tensor::<1>::from_primitive::<Cube>(keys), parts)
+            DropoutMask::from_parts(Tensor::<1>::from_primitive::<Cube>(keys), parts)
         });
         let d = backward(&probs, &grad, &mask, self.scale, drop.as_ref()).unwrap_or_else(|| {
             // the dropout's backward launch, then the softmax's in burn's ops

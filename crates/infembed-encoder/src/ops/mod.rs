@@ -380,7 +380,7 @@ pub(crate) fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 /// training mode on an autodiff device with `prob > 0`; otherwise each call draws one seed
 /// from the device's generator and scales kept elements by `1 / (1 - prob)`.
 pub(crate) fn dropout<const D: usize>(module: &Dropout, x: Tensor<D>) -> Tensor<D> {
-    if !module.training.is_enabled() || !x.device().is_autodiff() || module.prob == 0.0 {
+    if !dropout_active(module, &x.device()) {
         return x;
     }
     // one kernel on a cubecl device, forward and backward, where burn's takes five launches
@@ -428,8 +428,13 @@ pub(crate) fn add_layer_norm<const D: usize>(
 /// launches (`0 < prob < 1`), else `None`.
 #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
 pub(crate) fn fused_dropout_prob(module: &Dropout, device: &Device) -> Option<f64> {
-    (module.training.is_enabled() && device.is_autodiff() && module.prob > 0.0 && module.prob < 1.0)
-        .then_some(module.prob)
+    (dropout_active(module, device) && module.prob < 1.0).then_some(module.prob)
+}
+
+/// Whether `module` drops anything on `device`: training mode on an autodiff device and
+/// `prob > 0` ([`dropout`] is the identity otherwise).
+pub(crate) fn dropout_active(module: &Dropout, device: &Device) -> bool {
+    module.training.is_enabled() && device.is_autodiff() && module.prob > 0.0
 }
 
 /// `module.forward(dropout(x) + residual)` ([`dropout`], then [`add_layer_norm`]): on a cubecl
