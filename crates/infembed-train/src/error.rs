@@ -99,6 +99,18 @@ pub enum Error {
         /// The value.
         value: f32,
     },
+    /// The gradients' global norm became NaN or infinite while the loss stayed finite (for
+    /// instance a text whose embedding is all zeros); the step is not taken.
+    #[error(
+        "step {step}: the gradients' norm is {norm} while the loss is finite (lower \
+         optimizer.lr or check the data)"
+    )]
+    NonFiniteGradients {
+        /// The optimizer step.
+        step: usize,
+        /// The norm.
+        norm: f64,
+    },
     /// The development-set evaluation failed.
     #[error("evaluation at step {step} failed: {source}")]
     Eval {

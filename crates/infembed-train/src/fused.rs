@@ -42,7 +42,8 @@ mod kernel {
 
     /// AdamW's update (burn-optim's order of operations) of the first `len` elements of one
     /// parameter tensor, from element `start` every `step` elements, of the gradient
-    /// `g = grad · grad_scale` (clipping's factor, applied as `mul_scalar` would): the moments
+    /// `g = grad · grad_scale` (clipping's factor, applied as `mul_scalar` would; `keep == 1`:
+    /// no update, the parameter and moments copied as they are): the moments
     /// `m = m b1 + g (1 - b1)`, `v = v b2 + g^2 (1 - b2)` (without the old moments on the first
     /// step, `first == 1`), then `p (1 - lr wd) - lr (m / c1) / (sqrt(v / c2) + eps)`.
     #[allow(clippy::too_many_arguments)]
@@ -67,6 +68,7 @@ mod kernel {
         decay: f32,
         lr: f32,
         grad_scale: f32,
+        keep: u32,
         start: usize,
         step: usize,
     ) {
@@ -74,17 +76,31 @@ mod kernel {
         // which may be rounded up past the tensor's elements
         let mut i = start;
         while i < len {
-            let g = grad[i] * grad_scale;
-            let mut m = g * one_minus_beta_1;
-            let mut v = (g * g) * one_minus_beta_2;
-            if first == 0 {
-                m += moment_1[i] * beta_1; // IEEE addition commutes: burn-optim's m b1 + g (1 - b1)
-                v += moment_2[i] * beta_2;
+            if keep == 1 {
+                // a step not taken: the parameter as it was, the moments too (none before
+                // the first step)
+                param_out[i] = param[i];
+                let mut m = 0.0f32;
+                let mut v = 0.0f32;
+                if first == 0 {
+                    m = moment_1[i];
+                    v = moment_2[i];
+                }
+                moment_1_out[i] = m;
+                moment_2_out[i] = v;
+            } else {
+                let g = grad[i] * grad_scale;
+                let mut m = g * one_minus_beta_1;
+                let mut v = (g * g) * one_minus_beta_2;
+                if first == 0 {
+                    m += moment_1[i] * beta_1; // IEEE addition commutes: burn-optim's m b1 + g (1 - b1)
+                    v += moment_2[i] * beta_2;
+                }
+                moment_1_out[i] = m;
+                moment_2_out[i] = v;
+                let delta = (m / correction_1) / (f32::sqrt(v / correction_2) + epsilon);
+                param_out[i] = param[i] * decay - delta * lr;
             }
-            moment_1_out[i] = m;
-            moment_2_out[i] = v;
-            let delta = (m / correction_1) / (f32::sqrt(v / correction_2) + epsilon);
-            param_out[i] = param[i] * decay - delta * lr;
             i += step;
         }
     }
@@ -92,7 +108,9 @@ mod kernel {
     /// [`update`] of up to four parameter tensors in one launch: the cubes of row `y` update
     /// tensor `y` (`CUBE_COUNT_X · CUBE_DIM_X` units, each every so many elements from its
     /// position), with its own length, first-step flag and bias corrections and the launch's
-    /// shared scalars. A slot past the launch's tensors has length 0 (and no cubes).
+    /// shared scalars. A slot past the launch's tensors has length 0 (and no cubes). With
+    /// `clip == 1` the gradients' factor is not `grad_scale` but clipping's, from the squares'
+    /// total `clip_total[0]` and `max_norm`, as the host computes it from the total read back.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
     pub(super) fn adamw_group(
@@ -148,10 +166,30 @@ mod kernel {
         decay: f32,
         lr: f32,
         grad_scale: f32,
+        clip_total: &[f32],
+        clip: u32,
+        max_norm: f32,
     ) {
         let step = CUBE_COUNT_X as usize * CUBE_DIM_X as usize;
         let start = CUBE_POS_X as usize * CUBE_DIM_X as usize + UNIT_POS_X as usize;
         let which = CUBE_POS_Y;
+        // clipping on the device: the factor of torch's `clip_grad_norm_` from the squares'
+        // total, `min(max_norm / (sqrt(total) + 1e-6), 1)`; a total that is NaN or infinite
+        // (all exponent bits set: a test of the bits, which no compiler's assumption that
+        // floats stay finite can remove) and the step is not taken
+        let mut scale = grad_scale;
+        let mut keep = 0u32;
+        if clip == 1 {
+            let total = clip_total[0];
+            if (u32::reinterpret(total) & 0x7f80_0000u32) != 0x7f80_0000u32 {
+                scale = max_norm / (f32::sqrt(total) + 1e-6f32);
+                if scale > 1.0f32 {
+                    scale = 1.0f32;
+                }
+            } else {
+                keep = 1u32;
+            }
+        }
         if which == 0 {
             update(
                 param_0,
@@ -172,7 +210,8 @@ mod kernel {
                 epsilon,
                 decay,
                 lr,
-                grad_scale,
+                scale,
+                keep,
                 start,
                 step,
             );
@@ -196,7 +235,8 @@ mod kernel {
                 epsilon,
                 decay,
                 lr,
-                grad_scale,
+                scale,
+                keep,
                 start,
                 step,
             );
@@ -220,7 +260,8 @@ mod kernel {
                 epsilon,
                 decay,
                 lr,
-                grad_scale,
+                scale,
+                keep,
                 start,
                 step,
             );
@@ -244,7 +285,8 @@ mod kernel {
                 epsilon,
                 decay,
                 lr,
-                grad_scale,
+                scale,
+                keep,
                 start,
                 step,
             );
@@ -407,6 +449,71 @@ struct Shared {
     decay: f32,
     lr: f32,
     grad_scale: f32,
+    /// The [`DeviceClip`] (its number and bound) whose factor replaces `grad_scale`.
+    clip: Option<(u64, f32)>,
+}
+
+/// What the gradients of an [`AdamWUpdates`] update are multiplied by.
+#[derive(Clone, Copy)]
+pub(crate) enum GradScale<'a> {
+    /// A factor (1: none).
+    Factor(f64),
+    /// Clipping's factor, computed in the kernel from the norm on the device.
+    Clip(&'a DeviceClip),
+}
+
+/// Clipping by the global norm with the norm left on the device: the kernel of
+/// [`AdamWUpdates`] computes torch's factor `min(max_norm / (norm + 1e-6), 1)` from the
+/// squares' total itself, so that no step waits for the norm to be read back. A step whose
+/// total is NaN or infinite (or whose losses are, once [`guard`](Self::guard)ed by them) is
+/// not taken: parameters and moments stay as they were (zero moments for a first step).
+#[derive(Clone)]
+pub(crate) struct DeviceClip {
+    /// The gradients' squares summed, `[1]`.
+    total: Tensor<1>,
+    max_norm: f32,
+    /// Tells one step's clipping from another's (updates of different ones go apart).
+    id: u64,
+}
+
+impl DeviceClip {
+    /// Makes the step's losses (`[1]` each, on the total's device) part of the test of the
+    /// total: `total + Σ loss · 0` is the total itself while they are finite, and NaN when one
+    /// is not (two launches).
+    pub(crate) fn guard(mut self, losses: &[Tensor<1>]) -> Self {
+        let device = self.total.device();
+        let sum = losses
+            .iter()
+            .map(|l| l.clone().to_device(&device))
+            .reduce(|a, b| a + b);
+        if let Some(sum) = sum {
+            self.total = self.total + sum.mul_scalar(0.0);
+        }
+        self
+    }
+
+    /// The squares' total (`[1]`, on the device).
+    pub(crate) fn total(&self) -> &Tensor<1> {
+        &self.total
+    }
+
+    /// Whether the total is NaN or infinite, as a `[1, ..., 1]` tensor of rank `D`.
+    pub(crate) fn not_finite<const D: usize>(&self) -> Tensor<D, burn::tensor::Bool> {
+        self.total.clone().is_finite().bool_not().reshape([1; D])
+    }
+
+    /// The factor as a `[1, ..., 1]` tensor of rank `D` (burn's ops, for the gradients the
+    /// kernel does not take).
+    pub(crate) fn factor<const D: usize>(&self) -> Tensor<D> {
+        self.total
+            .clone()
+            .sqrt()
+            .add_scalar(1e-6)
+            .recip()
+            .mul_scalar(self.max_norm)
+            .clamp_max(1.0)
+            .reshape([1; D])
+    }
 }
 
 /// burn-optim's AdamW updates of parameter tensors on a cubecl device as kernels that update
@@ -421,11 +528,14 @@ struct Shared {
 pub(crate) struct AdamWUpdates {
     waiting: Vec<Update>,
     shared: Option<(Device, Shared)>,
+    /// The waiting updates' clipping total ([`DeviceClip`]), if they clip on the device.
+    clip_total: Option<Tensor<1>>,
 }
 
 impl AdamWUpdates {
-    /// burn-optim's AdamW step of one parameter tensor, of the gradient `grad` times
-    /// `grad_scale` (exactly as `grad.mul_scalar(grad_scale)` then the step), when `tensor`,
+    /// burn-optim's AdamW step of one parameter tensor, of the gradient `grad` times `scale`'s
+    /// factor (exactly as `grad.mul_scalar(factor)` then the step; a [`DeviceClip`] on the
+    /// tensor's device computes it in the kernel), when `tensor`,
     /// `grad` and the state are contiguous f32 tensors of a cubecl device that binds the
     /// kernel's buffers (else `None`, and nothing was queued; flattening a non-contiguous input
     /// may have copied it). Not for AMSGrad or cautious weight decay, which [`AdamWHyper`]
@@ -434,7 +544,7 @@ impl AdamWUpdates {
         &mut self,
         hyper: AdamWHyper,
         lr: f64,
-        grad_scale: f64,
+        scale: GradScale<'_>,
         tensor: &Tensor<D>,
         grad: &Tensor<D>,
         state: Option<&AdamWState<D>>,
@@ -443,8 +553,15 @@ impl AdamWUpdates {
             return None; // AMSGrad: not this kernel's arithmetic
         }
         let client = tensor.clone().try_into_primitive::<Cube>().ok()?.client;
-        // the slots' buffers and the kernel's metadata
-        if (client.properties().hardware.max_bindings as usize) < 7 * ADAMW_GROUP + 1 {
+        // the slots' buffers, the clipping total and the kernel's metadata
+        if (client.properties().hardware.max_bindings as usize) < 7 * ADAMW_GROUP + 2 {
+            return None;
+        }
+        let (grad_scale, clip) = match scale {
+            GradScale::Factor(f) => (f, None),
+            GradScale::Clip(c) => (1.0, Some(c)),
+        };
+        if clip.is_some_and(|c| c.total.device() != tensor.device() || buffer(&c.total).is_none()) {
             return None;
         }
         let shape = tensor.shape();
@@ -481,6 +598,7 @@ impl AdamWUpdates {
             decay: (1.0 - lr * f64::from(hyper.weight_decay)) as f32,
             lr: lr as f32,
             grad_scale: grad_scale as f32,
+            clip: clip.map(|c| (c.id, c.max_norm)),
         };
         if self
             .shared
@@ -490,6 +608,7 @@ impl AdamWUpdates {
             self.flush();
         }
         self.shared = Some((device, shared));
+        self.clip_total = clip.map(|c| c.total.clone());
         let [p_out, m_out, v_out] = outputs;
         self.waiting.push(Update {
             tensors: [p, g, m, v, p_out.clone(), m_out.clone(), v_out.clone()],
@@ -511,6 +630,7 @@ impl AdamWUpdates {
     /// Launches the waiting updates (none: nothing).
     pub(crate) fn flush(&mut self) {
         let waiting = std::mem::take(&mut self.waiting);
+        let clip_total = self.clip_total.take();
         let Some((_, h)) = self.shared.take() else {
             return;
         };
@@ -589,6 +709,11 @@ impl AdamWUpdates {
             h.decay,
             h.lr,
             h.grad_scale,
+            // without clipping on the device, a buffer the kernel does not read
+            buffer(clip_total.as_ref().unwrap_or(&waiting[0].tensors[0]))
+                .expect("checked when pushed"),
+            u32::from(h.clip.is_some()),
+            h.clip.map_or(0.0, |(_, max)| max),
         );
     }
 }
@@ -605,7 +730,14 @@ fn adamw_step<const D: usize>(
     state: Option<&AdamWState<D>>,
 ) -> Option<(Tensor<D>, AdamWState<D>)> {
     let mut updates = AdamWUpdates::default();
-    let out = updates.push(hyper, lr, grad_scale, tensor, grad, state);
+    let out = updates.push(
+        hyper,
+        lr,
+        GradScale::Factor(grad_scale),
+        tensor,
+        grad,
+        state,
+    );
     updates.flush();
     out
 }
@@ -723,6 +855,22 @@ impl SquareTotal {
     /// The total (read back from the device).
     pub(crate) fn read(self) -> f64 {
         f64::from(self.0.into_scalar::<f32>())
+    }
+
+    /// Clipping to `max_norm` by the norm of this total plus `rest` (squares summed elsewhere,
+    /// `[1]`), left on the device ([`DeviceClip`]).
+    pub(crate) fn into_clip(self, rest: Option<Tensor<1>>, max_norm: f32) -> DeviceClip {
+        static CLIPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let device = self.0.device();
+        let total = match rest {
+            Some(r) => self.0 + r.to_device(&device),
+            None => self.0,
+        };
+        DeviceClip {
+            total,
+            max_norm,
+            id: CLIPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
     }
 }
 
@@ -870,7 +1018,7 @@ mod tests {
                     .push(
                         hyper,
                         lr,
-                        clip,
+                        GradScale::Factor(clip),
                         &gpu_params[k],
                         &on(&g, &gpu),
                         gpu_states[k].as_ref(),
@@ -909,6 +1057,146 @@ mod tests {
             );
         }
         assert_eq!(gpu_states[3].as_ref().unwrap().momentum.time, 1);
+    }
+
+    /// Clipping with the norm left on the device ([`DeviceClip`]) on wgpu (Mesa's software
+    /// driver in CI) against burn-optim's AdamW on the CPU of the gradients scaled by the
+    /// factor computed on the host from a naive f64 norm: five tensors (one element to several
+    /// cubes' worth), two steps, one gradient's squares summed by burn's ops and handed over
+    /// as the rest; bounds below the norm (gradients near AdamW's epsilon, where the factor
+    /// shows) and above it (factor 1). burn's ops' factor, for the gradients the kernel does
+    /// not take, is the host's too. A total that is NaN or infinite leaves parameters and
+    /// moments as they were.
+    #[test]
+    fn clipping_on_the_device_equals_burn_optims_adamw_of_the_clipped_gradients() {
+        let name = "clipping_on_the_device_equals_burn_optims_adamw_of_the_clipped_gradients";
+        let Some(gpu) = wgpu(name) else {
+            return;
+        };
+        if SquareTotal::on(&gpu).is_none() {
+            return infembed_testkit::wgpu_missing(name, &"an adapter whose f32 atomics add")
+                .unwrap_or(());
+        }
+        let cpu = Device::flex();
+        let (hyper, burn) = adamw_pair();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+        let sizes = [1, 231, 1_536, 5, 70_001];
+        let mut random = |n: usize, scale: f32| -> Vec<f32> {
+            (0..n).map(|_| rng.random_range(-scale..scale)).collect()
+        };
+        let on = |v: &[f32], d: &Device| {
+            Tensor::<1>::from_data(TensorData::new(v.to_vec(), [v.len()]), d)
+        };
+        let starts: Vec<Vec<f32>> = sizes.iter().map(|&n| random(n, 0.1)).collect();
+        for (bound, clips) in [(1e-4f32, true), (1e4, false)] {
+            let mut cpu_params: Vec<_> = starts.iter().map(|v| on(v, &cpu)).collect();
+            let mut gpu_params: Vec<_> = starts.iter().map(|v| on(v, &gpu)).collect();
+            let (mut cpu_states, mut gpu_states) = (vec![None; 5], vec![None; 5]);
+            for step in 0..2 {
+                let lr = 1e-3 * (step + 1) as f64;
+                let grads: Vec<Vec<f32>> = sizes.iter().map(|&n| random(n, 1e-2)).collect();
+                let naive: f64 = grads
+                    .iter()
+                    .flatten()
+                    .map(|&x| f64::from(x) * f64::from(x))
+                    .sum();
+                let factor = (f64::from(bound) / (naive.sqrt() + 1e-6)).min(1.0);
+                assert_eq!(factor < 1.0, clips, "bound {bound}: factor {factor}");
+                let total = SquareTotal::on(&gpu).unwrap();
+                let on_gpu: Vec<_> = grads.iter().map(|g| on(g, &gpu)).collect();
+                // the last gradient's squares summed elsewhere (burn's ops), handed over
+                assert!(total.add_all(on_gpu[..4].to_vec()).is_empty());
+                let rest = on_gpu[4].clone().square().sum();
+                let clip = total.into_clip(Some(rest), bound);
+                let by_burn = f64::from(clip.factor::<1>().into_scalar::<f32>());
+                assert!(
+                    ((by_burn - factor) / factor).abs() < 1e-5,
+                    "burn's ops' factor {by_burn} against the host's {factor}"
+                );
+                let mut updates = AdamWUpdates::default();
+                for k in 0..sizes.len() {
+                    let (p, s) = burn.step(
+                        lr,
+                        cpu_params[k].clone(),
+                        on(&grads[k], &cpu).mul_scalar(factor),
+                        cpu_states[k].take(),
+                    );
+                    let (q, t) = updates
+                        .push(
+                            hyper,
+                            lr,
+                            GradScale::Clip(&clip),
+                            &gpu_params[k],
+                            &on_gpu[k],
+                            gpu_states[k].as_ref(),
+                        )
+                        .expect("a wgpu f32 tensor takes the grouped kernel");
+                    cpu_params[k] = p;
+                    cpu_states[k] = s;
+                    gpu_params[k] = q;
+                    gpu_states[k] = Some(t);
+                }
+                updates.flush();
+                for k in 0..sizes.len() {
+                    let (s, t) = (
+                        cpu_states[k].as_ref().unwrap(),
+                        gpu_states[k].as_ref().unwrap(),
+                    );
+                    for (what, a, b) in [
+                        ("parameters", &cpu_params[k], &gpu_params[k]),
+                        ("first moment", &s.momentum.moment_1, &t.momentum.moment_1),
+                        ("second moment", &s.momentum.moment_2, &t.momentum.moment_2),
+                    ] {
+                        let diff = max_rel_diff(&values(a), &values(b));
+                        assert!(
+                            diff < 1e-5,
+                            "bound {bound}, step {step}, tensor {k}, {what}: relative \
+                             difference {diff}"
+                        );
+                    }
+                }
+            }
+            // the parameters moved
+            assert!(max_rel_diff(&starts[2], &values(&cpu_params[2])) > 1e-4);
+        }
+
+        // guarded by finite losses, the total is unchanged, to the bit
+        let clip = SquareTotal(on(&[3.25], &gpu)).into_clip(None, 1.0);
+        let guarded = clip.guard(&[on(&[2.5], &gpu), on(&[-1.0], &gpu)]);
+        assert_eq!(values(guarded.total())[0].to_bits(), 3.25f32.to_bits());
+        // a total that is not finite, or a loss that is not: no step
+        for bad in [f32::NAN, f32::INFINITY, -f32::INFINITY] {
+            let p = on(&starts[1], &gpu);
+            let g = on(&random(231, 1.0), &gpu);
+            let clip = if bad == -f32::INFINITY {
+                let finite = SquareTotal(on(&[3.25], &gpu)).into_clip(None, 1.0);
+                finite.guard(&[on(&[1.0], &gpu), on(&[bad], &gpu)])
+            } else {
+                SquareTotal(on(&[bad], &gpu)).into_clip(None, 1.0)
+            };
+            let mut updates = AdamWUpdates::default();
+            let (p1, s1) = updates
+                .push(hyper, 1e-3, GradScale::Factor(1.0), &p, &g, None)
+                .expect("taken");
+            updates.flush();
+            let (p2, s2) = updates
+                .push(hyper, 1e-3, GradScale::Clip(&clip), &p1, &g, Some(&s1))
+                .expect("taken");
+            let (p3, s3) = updates
+                .push(hyper, 1e-3, GradScale::Clip(&clip), &p, &g, None)
+                .expect("taken");
+            updates.flush();
+            assert_eq!(
+                values(&p2),
+                values(&p1),
+                "total {bad}: the parameters moved"
+            );
+            assert_eq!(values(&s2.momentum.moment_1), values(&s1.momentum.moment_1));
+            assert_eq!(values(&s2.momentum.moment_2), values(&s1.momentum.moment_2));
+            assert_eq!(values(&p3), starts[1], "total {bad}, a first step");
+            assert!(values(&s3.momentum.moment_1).iter().all(|&m| m == 0.0));
+            assert!(values(&s3.momentum.moment_2).iter().all(|&v| v == 0.0));
+        }
     }
 
     /// On wgpu (Mesa's software driver in CI) the squares of tensors of several shapes

@@ -35,6 +35,9 @@ pub(crate) struct StepHandle {
     grad_scale: std::sync::Arc<std::sync::atomic::AtomicU64>,
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     updates: std::sync::Arc<std::sync::Mutex<crate::fused::AdamWUpdates>>,
+    /// Clipping with the norm left on the device, for the next step (instead of the factor).
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    clip: std::sync::Arc<std::sync::Mutex<Option<crate::fused::DeviceClip>>>,
 }
 
 impl std::fmt::Debug for StepHandle {
@@ -51,7 +54,27 @@ impl StepHandle {
             grad_scale: std::sync::Arc::new(1f64.to_bits().into()),
             #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
             updates: Default::default(),
+            #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+            clip: Default::default(),
         }
+    }
+
+    /// Clips the gradients of the next step by the norm `clip` holds on the device (its factor
+    /// computed there: nothing is read back), instead of a factor.
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    pub(crate) fn set_clip(&self, clip: crate::fused::DeviceClip) {
+        *self
+            .clip
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(clip);
+    }
+
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    fn clip(&self) -> Option<crate::fused::DeviceClip> {
+        self.clip
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Multiplies the gradients of the next step by `factor`.
@@ -65,14 +88,21 @@ impl StepHandle {
     }
 
     /// Ends an optimizer step: launches the updates still waiting (the new parameters and
-    /// moments are not written before) and resets the gradients' factor to 1. To be called
-    /// after every `step` of the handle's optimizer, before its parameters or state are used.
+    /// moments are not written before) and resets the gradients' factor to 1 (and clipping on
+    /// the device to none). To be called after every `step` of the handle's optimizer, before
+    /// its parameters or state are used.
     pub(crate) fn finish_step(&self) {
         #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-        self.updates
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .flush();
+        {
+            self.updates
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .flush();
+            *self
+                .clip
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        }
         self.set_grad_scale(1.0);
     }
 }
@@ -86,23 +116,7 @@ pub(crate) fn adamw_with_handle(config: &OptimizerConfig) -> (ModuleOptimizer, S
 /// [`adamw`], its updates waiting for [`StepHandle::finish_step`] when `grouped`.
 fn build_adamw(config: &OptimizerConfig, grouped: bool) -> (ModuleOptimizer, StepHandle) {
     let handle = StepHandle::new();
-    let optim = ModuleOptimizer::from(AdamW {
-        handle: handle.clone(),
-        grouped,
-        burn: AdamWConfig::new()
-            .with_beta_1(config.beta1)
-            .with_beta_2(config.beta2)
-            .with_epsilon(config.epsilon)
-            .with_weight_decay(config.weight_decay)
-            .build(),
-        #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-        hyper: crate::fused::AdamWHyper {
-            beta_1: config.beta1,
-            beta_2: config.beta2,
-            epsilon: config.epsilon,
-            weight_decay: config.weight_decay,
-        },
-    });
+    let optim = ModuleOptimizer::from(AdamW::new(config, handle.clone(), grouped));
     (optim, handle)
 }
 
@@ -121,6 +135,28 @@ struct AdamW {
     hyper: crate::fused::AdamWHyper,
 }
 
+impl AdamW {
+    fn new(config: &OptimizerConfig, handle: StepHandle, grouped: bool) -> Self {
+        Self {
+            handle,
+            grouped,
+            burn: AdamWConfig::new()
+                .with_beta_1(config.beta1)
+                .with_beta_2(config.beta2)
+                .with_epsilon(config.epsilon)
+                .with_weight_decay(config.weight_decay)
+                .build(),
+            #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+            hyper: crate::fused::AdamWHyper {
+                beta_1: config.beta1,
+                beta_2: config.beta2,
+                epsilon: config.epsilon,
+                weight_decay: config.weight_decay,
+            },
+        }
+    }
+}
+
 impl Optimizer for AdamW {
     type State<const D: usize> = AdamWState<D>;
 
@@ -133,20 +169,31 @@ impl Optimizer for AdamW {
     ) -> (Tensor<D>, Option<Self::State<D>>) {
         let scale = self.handle.grad_scale();
         #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-        {
+        let grad = {
+            let clip = self.handle.clip();
             let mut updates = self
                 .handle
                 .updates
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let fused = updates.push(self.hyper, lr, scale, &tensor, &grad, state.as_ref());
+            let by = match &clip {
+                Some(clip) => crate::fused::GradScale::Clip(clip),
+                None => crate::fused::GradScale::Factor(scale),
+            };
+            let fused = updates.push(self.hyper, lr, by, &tensor, &grad, state.as_ref());
             if !self.grouped {
                 updates.flush();
             }
             if let Some((tensor, state)) = fused {
                 return (tensor, Some(state));
             }
-        }
+            // burn-optim's step, of the gradient times the factor computed by burn's ops, not
+            // taken where the total is not finite (as the kernel does)
+            match clip {
+                Some(clip) => return self.clipped_by_burn(&clip, lr, tensor, grad, state),
+                None => grad,
+            }
+        };
         let grad = if scale == 1.0 {
             grad
         } else {
@@ -157,6 +204,44 @@ impl Optimizer for AdamW {
 
     fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
         BurnAdamW::to_device(state, device)
+    }
+}
+
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+impl AdamW {
+    /// burn-optim's step of the gradient times `clip`'s factor (burn's ops), for a tensor the
+    /// kernel declines; where the total is NaN or infinite, the tensor and its moments as
+    /// they were (zero moments before the first step), as the kernel leaves them.
+    fn clipped_by_burn<const D: usize>(
+        &self,
+        clip: &crate::fused::DeviceClip,
+        lr: LearningRate,
+        tensor: Tensor<D>,
+        grad: Tensor<D>,
+        state: Option<AdamWState<D>>,
+    ) -> (Tensor<D>, Option<AdamWState<D>>) {
+        let device = grad.device();
+        let shape = tensor.shape();
+        let skip = clip.not_finite::<D>().to_device(&device).expand(shape);
+        let factor = clip.factor::<D>().to_device(&device);
+        let before = state
+            .as_ref()
+            .map(|s| (s.momentum.moment_1.clone(), s.momentum.moment_2.clone()));
+        let (stepped, new) = self.burn.step(lr, tensor.clone(), grad * factor, state);
+        let new = new.map(|s| {
+            let (m, v) = before.unwrap_or_else(|| {
+                let zeros = s.momentum.moment_1.zeros_like();
+                (zeros.clone(), zeros)
+            });
+            let m = s.momentum.moment_1.mask_where(skip.clone(), m);
+            let v = s.momentum.moment_2.mask_where(skip.clone(), v);
+            AdamWState::new(burn::optim::AdaptiveMomentumState::new(
+                s.momentum.time,
+                m,
+                v,
+            ))
+        });
+        (stepped.mask_where(skip, tensor), new)
     }
 }
 
@@ -262,7 +347,12 @@ pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
     let sum = v.sum.map_or(0.0, |s| f64::from(s.into_scalar::<f32>()));
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     let sum = sum + v.device_total.flatten().map_or(0.0, |t| t.read());
-    sum.max(0.0).sqrt()
+    // NaN stays NaN (`max` would make it 0)
+    if sum.is_nan() {
+        sum
+    } else {
+        sum.max(0.0).sqrt()
+    }
 }
 
 /// Multiplies every gradient of `module`'s parameters by `factor`.
@@ -291,6 +381,33 @@ pub(crate) fn clip_factor<M: Module>(
     let norm = global_norm(module, grads);
     let coef = f64::from(max_norm) / (norm + 1e-6);
     (norm, coef.min(1.0))
+}
+
+/// Clipping of the gradients to the global norm `max_norm` with the norm left on `device`
+/// (the factor computed by the optimizer's kernel, [`crate::fused::DeviceClip`]), where
+/// `device` is a cubecl device whose f32 atomics add; `None` elsewhere (the CPU above all:
+/// [`clip_factor`] reads the norm back).
+#[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+pub(crate) fn device_clip<M: Module>(
+    module: &M,
+    grads: &GradientsParams,
+    max_norm: f32,
+    device: &Device,
+) -> Option<crate::fused::DeviceClip> {
+    let total = crate::fused::SquareTotal::on(device)?;
+    let mut v = SquaredNorm {
+        grads,
+        sum: None,
+        device_total: Some(Some(total)),
+        pending: Vec::new(),
+    };
+    module.visit(&mut v);
+    let total = v.device_total.take().flatten()?;
+    // eight gradients a launch; the ones the kernel does not take go to burn's ops
+    for g in total.add_all(std::mem::take(&mut v.pending)) {
+        v.add_with_burn(g);
+    }
+    Some(total.into_clip(v.sum, max_norm))
 }
 
 #[cfg(test)]
@@ -351,6 +468,23 @@ mod tests {
         assert_eq!(clipped, 2, "the first two bounds clip");
     }
 
+    /// The autodiff wgpu device (Mesa's software driver in CI), three linear layers on it
+    /// (seven parameter tensors: a group of four and one of three a step) and an input
+    /// `[4, 5]`; `None` (a skip, a failure under CI) without the device.
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    fn three_layers_on_wgpu(test: &str) -> Option<(Device, Vec<Linear>, Tensor<2>)> {
+        let gpu = match infembed_encoder::DeviceSpec::Wgpu(None).device() {
+            Ok(d) => d.autodiff(),
+            Err(e) => return infembed_testkit::wgpu_missing(test, &e),
+        };
+        let layers = [(5, 3), (3, 7), (7, 2)]
+            .iter()
+            .map(|&(i, o)| LinearConfig::new(i, o).init(&gpu))
+            .collect();
+        let x = Tensor::<2>::random([4, 5], burn::tensor::Distribution::Default, &gpu);
+        Some((gpu, layers, x))
+    }
+
     /// On wgpu (Mesa's software driver in CI) the trainer's optimizer, whose updates wait to
     /// go four tensors a launch until `finish_step`, moves a linear layer's weights bit for bit
     /// as [`adamw`], which launches each tensor's update at once, over three steps with and
@@ -358,22 +492,11 @@ mod tests {
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
     #[test]
     fn the_trainers_grouped_updates_equal_adamws_own_on_a_gpu() {
-        let gpu = match infembed_encoder::DeviceSpec::Wgpu(None).device() {
-            Ok(d) => d.autodiff(),
-            Err(e) => {
-                return infembed_testkit::wgpu_missing(
-                    "the_trainers_grouped_updates_equal_adamws_own_on_a_gpu",
-                    &e,
-                )
-                .unwrap_or(());
-            }
+        let Some((_, layers, x)) =
+            three_layers_on_wgpu("the_trainers_grouped_updates_equal_adamws_own_on_a_gpu")
+        else {
+            return;
         };
-        // three layers: seven parameter tensors, a group of four and one of three a step
-        let layers: Vec<Linear> = [(5, 3), (3, 7), (7, 2)]
-            .iter()
-            .map(|&(i, o)| LinearConfig::new(i, o).init(&gpu))
-            .collect();
-        let x = Tensor::<2>::random([4, 5], burn::tensor::Distribution::Default, &gpu);
         let forward = |m: &[Linear]| {
             m.iter()
                 .fold(x.clone(), |h, l| l.forward(h))
@@ -397,6 +520,150 @@ mod tests {
                 assert_eq!(weights(la), weights(lb), "factor {factor}");
             }
         }
+    }
+
+    /// On wgpu (Mesa's software driver in CI) the trainer's optimizer clipping with the norm
+    /// left on the device ([`device_clip`], the factor computed by the update's kernel) moves
+    /// the weights as the factor read back and handed over does ([`clip_factor`]), to float
+    /// rounding (the kernel computes the factor in f32, the host in f64), over three bounds of
+    /// which the first two clip; the CPU has no such clipping.
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    #[test]
+    fn clipping_on_the_device_moves_the_weights_as_the_factor_read_back() {
+        let Some((gpu, layers, x)) = three_layers_on_wgpu(
+            "clipping_on_the_device_moves_the_weights_as_the_factor_read_back",
+        ) else {
+            return;
+        };
+        let grads_of = |m: &Vec<Linear>| {
+            let y = m.iter().fold(x.clone(), |h, l| l.forward(h));
+            GradientsParams::from_grads(y.powf_scalar(2.0).sum().backward(), m)
+        };
+        let config = OptimizerConfig::default();
+        let (mut read, read_handle) = adamw_with_handle(&config);
+        let (mut kept, kept_handle) = adamw_with_handle(&config);
+        let (mut a, mut b) = (layers.clone(), layers);
+        let mut clipped = 0;
+        // bounds far under the norm: the clipped gradients near AdamW's epsilon, where the
+        // factor shows in the step
+        for max in [1e-6f32, 1e-5, 1e6] {
+            let (ga, gb) = (grads_of(&a), grads_of(&b));
+            let (_, factor) = clip_factor(&a, &ga, max);
+            clipped += usize::from(factor < 1.0);
+            read_handle.set_grad_scale(factor);
+            let clip = device_clip(&b, &gb, max, &gpu.clone().inner()).expect("wgpu clips there");
+            kept_handle.set_clip(clip);
+            a = read.step(1e-2, a, ga);
+            b = kept.step(1e-2, b, gb);
+            read_handle.finish_step();
+            kept_handle.finish_step();
+            for (la, lb) in a.iter().zip(&b) {
+                let diff = infembed_testkit::max_rel_diff(&weights(la), &weights(lb));
+                assert!(diff < 1e-5, "bound {max}: relative difference {diff}");
+            }
+        }
+        assert_eq!(clipped, 2, "the first two bounds clip");
+        let cpu = Device::flex().autodiff();
+        let layer = LinearConfig::new(2, 2).init(&cpu);
+        let g = GradientsParams::from_grads(
+            layer
+                .forward(Tensor::<2>::ones([1, 2], &cpu))
+                .sum()
+                .backward(),
+            &layer,
+        );
+        assert!(device_clip(&layer, &g, 1.0, &Device::flex()).is_none());
+    }
+
+    /// On wgpu (Mesa's software driver in CI), burn's ops clipping a tensor the kernel would
+    /// decline (`clipped_by_burn`) give the kernel's parameters and moments over two steps
+    /// (the first without moments), to float rounding; with a NaN total both leave the
+    /// parameters as they were, and the moments (zeros before the first step).
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    #[test]
+    fn burns_ops_clip_a_declined_tensor_as_the_kernel_does_on_a_gpu() {
+        use crate::fused::{AdamWUpdates, GradScale, SquareTotal};
+        let name = "burns_ops_clip_a_declined_tensor_as_the_kernel_does_on_a_gpu";
+        let gpu = match infembed_encoder::DeviceSpec::Wgpu(None).device() {
+            Ok(d) => d,
+            Err(e) => return infembed_testkit::wgpu_missing(name, &e).unwrap_or(()),
+        };
+        if SquareTotal::on(&gpu).is_none() {
+            return infembed_testkit::wgpu_missing(name, &"an adapter whose f32 atomics add")
+                .unwrap_or(());
+        }
+        let adamw = AdamW::new(&OptimizerConfig::default(), StepHandle::new(), false);
+        let random = |scale: f32| {
+            Tensor::<2>::random(
+                [7, 33],
+                burn::tensor::Distribution::Uniform(-f64::from(scale), f64::from(scale)),
+                &gpu,
+            )
+        };
+        let values = |t: &Tensor<2>| {
+            t.clone()
+                .into_data()
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .unwrap()
+        };
+        let clip_of = |g: &Tensor<2>, poison: bool| {
+            let total = SquareTotal::on(&gpu).unwrap();
+            let g = if poison {
+                g.clone().mul_scalar(f32::NAN)
+            } else {
+                g.clone()
+            };
+            assert!(total.add(&g));
+            total.into_clip(None, 1e-4)
+        };
+        let p0 = random(0.1);
+        let (mut p_kernel, mut p_burn) = (p0.clone(), p0.clone());
+        let (mut s_kernel, mut s_burn) = (None, None);
+        for step in 0..2 {
+            let g = random(1e-2);
+            let clip = clip_of(&g, false);
+            let mut updates = AdamWUpdates::default();
+            let (q, t) = updates
+                .push(
+                    adamw.hyper,
+                    1e-2,
+                    GradScale::Clip(&clip),
+                    &p_kernel,
+                    &g,
+                    s_kernel.as_ref(),
+                )
+                .expect("the kernel takes a wgpu f32 tensor");
+            updates.flush();
+            let (r, u) = adamw.clipped_by_burn(&clip, 1e-2, p_burn.clone(), g.clone(), s_burn);
+            let u = u.expect("a state");
+            for (what, a, b) in [
+                ("parameters", &q, &r),
+                ("first moment", &t.momentum.moment_1, &u.momentum.moment_1),
+                ("second moment", &t.momentum.moment_2, &u.momentum.moment_2),
+            ] {
+                let diff = infembed_testkit::max_rel_diff(&values(a), &values(b));
+                assert!(
+                    diff < 1e-5,
+                    "step {step}, {what}: relative difference {diff}"
+                );
+            }
+            (p_kernel, s_kernel, p_burn, s_burn) = (q, Some(t), r, Some(u));
+        }
+        assert!(infembed_testkit::max_rel_diff(&values(&p0), &values(&p_burn)) > 1e-4);
+        // a NaN total: nothing moves
+        let g = random(1e-2);
+        let clip = clip_of(&g, true);
+        let (r, u) = adamw.clipped_by_burn(&clip, 1e-2, p_burn.clone(), g.clone(), s_burn.clone());
+        let (u, s) = (u.unwrap(), s_burn.unwrap());
+        assert_eq!(values(&r), values(&p_burn));
+        assert_eq!(values(&u.momentum.moment_1), values(&s.momentum.moment_1));
+        assert_eq!(values(&u.momentum.moment_2), values(&s.momentum.moment_2));
+        let (r, u) = adamw.clipped_by_burn(&clip, 1e-2, p0.clone(), g, None);
+        let u = u.unwrap();
+        assert_eq!(values(&r), values(&p0));
+        assert!(values(&u.momentum.moment_1).iter().all(|&m| m == 0.0));
+        assert!(values(&u.momentum.moment_2).iter().all(|&v| v == 0.0));
     }
 
     #[test]

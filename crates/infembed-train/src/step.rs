@@ -102,6 +102,38 @@ pub fn full_batch_step(
     weight: f64,
 ) -> Result<StepGrads> {
     let start = std::time::Instant::now();
+    let pass = full_batch_pass(encoder, batch, loss, mask_duplicates, weight)?;
+    let issued = start.elapsed();
+    let loss_value = scalar(pass.loss);
+    log::debug!(
+        "loss read back after {:.1} ms more",
+        (start.elapsed() - issued).as_secs_f64() * 1e3
+    );
+    Ok(StepGrads {
+        loss: loss_value,
+        grads: pass.grads,
+        texts: pass.texts,
+    })
+}
+
+/// [`StepGrads`] with the loss still on the device (`[1]`): nothing read back yet.
+pub(crate) struct PassGrads {
+    pub(crate) loss: Tensor<1>,
+    pub(crate) grads: GradientsParams,
+    pub(crate) texts: usize,
+}
+
+/// [`full_batch_step`] without reading the loss back: the forward and backward passes issued,
+/// the loss left on the device, so that a GPU device keeps computing while the host issues
+/// what follows (the optimizer's step).
+pub(crate) fn full_batch_pass(
+    encoder: &DualEncoder,
+    batch: &TrainBatch,
+    loss: &ContrastiveLoss,
+    mask_duplicates: bool,
+    weight: f64,
+) -> Result<PassGrads> {
+    let start = std::time::Instant::now();
     let device = encoder.device().clone();
     device.seed(batch.dropout_seed);
     let rows = batch.encoder_rows();
@@ -120,17 +152,13 @@ pub fn full_batch_step(
     // the backward pass is issued before the loss is read back, so that a GPU device computes
     // the forward pass while the host issues the backward one (the same values either way)
     let grads = value.clone().mul_scalar(weight).backward();
-    let backward = start.elapsed();
-    let loss_value = scalar(value.inner());
     log::debug!(
-        "training pass: forward issued in {:.1} ms, backward in {:.1} ms, loss read back after \
-         {:.1} ms more",
+        "training pass: forward issued in {:.1} ms, backward in {:.1} ms",
         forward.as_secs_f64() * 1e3,
-        (backward - forward).as_secs_f64() * 1e3,
-        (start.elapsed() - backward).as_secs_f64() * 1e3
+        (start.elapsed() - forward).as_secs_f64() * 1e3,
     );
-    Ok(StepGrads {
-        loss: loss_value,
+    Ok(PassGrads {
+        loss: value.inner(),
         grads: GradientsParams::from_grads(grads, encoder.model()),
         texts,
     })

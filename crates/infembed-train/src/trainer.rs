@@ -25,7 +25,7 @@ use crate::config::{GPU_TEXTS_PER_PASS, TrainConfig};
 use crate::error::{Error, Result};
 use crate::optim::{StepHandle, adamw_with_handle, clip_factor, learning_rate};
 use crate::progress::{self, ProgressMode, ProgressSink, RunInfo, StepInfo};
-use crate::step::{full_batch_step, multi_device_step};
+use crate::step::{full_batch_pass, full_batch_step, multi_device_step};
 
 /// The per-step log in the output directory: one JSON object per line, `{"step", "epoch",
 /// "loss", "lr"}` for each optimizer step and `{"step", "metrics": {...}}` after each
@@ -125,6 +125,15 @@ pub struct Trainer {
     /// The clipping factor `optim` applies to the gradients of its next step, and the end of
     /// its steps (the GPU's updates wait to go several tensors a launch).
     step_handle: StepHandle,
+    /// Whether the encoder trains on the CPU (`flex`), whose steps read each loss back before
+    /// the update; a GPU device's steps issue the update first.
+    on_cpu: bool,
+    /// Optimizer steps clipped with the norm left on the device (test hook).
+    #[cfg(feature = "test-hooks")]
+    device_clips: std::sync::atomic::AtomicUsize,
+    /// The optimizer step (1-based) whose gradients are made NaN (test hook).
+    #[cfg(feature = "test-hooks")]
+    poison_step: Option<usize>,
     loss: ContrastiveLoss,
     needs_instructions: bool,
     state: TrainState,
@@ -280,6 +289,11 @@ impl Trainer {
             devices,
             optim,
             step_handle,
+            on_cpu,
+            #[cfg(feature = "test-hooks")]
+            device_clips: Default::default(),
+            #[cfg(feature = "test-hooks")]
+            poison_step: None,
             loss,
             needs_instructions,
             state,
@@ -545,6 +559,23 @@ impl Trainer {
         self.run_inner(stop_after)
     }
 
+    /// Test hook (the `test-hooks` feature): how many optimizer steps clipped with the norm
+    /// left on the device.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn device_clip_steps(&self) -> usize {
+        self.device_clips.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Test hook (the `test-hooks` feature): the gradients of optimizer step `step` (1-based)
+    /// are multiplied by NaN before clipping, the loss left as it is.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn poison_gradients_at(mut self, step: usize) -> Self {
+        self.poison_step = Some(step);
+        self
+    }
+
     fn run_inner(&mut self, stop_after: Option<usize>) -> Result<TrainSummary> {
         self.sink = Some(progress::open(self.progress, self.quiet)?);
         let out = self.train_loop(stop_after);
@@ -755,6 +786,14 @@ impl Trainer {
         let acc_n = self.config.batch.accumulation as u64;
         // The weights do not change within the group: copy them to the other devices once.
         let replicas = (self.devices.len() > 1).then(|| self.replicas());
+        // On a GPU device, one device without GradCache: the losses stay on the device until
+        // the update is issued, so that the device computes the passes while the host issues
+        // the norm's squares and the update, when clipping computes its factor on the device
+        // (whose kernel leaves the weights as they were if the norm is not finite); they are
+        // checked for NaN and infinity after it. Otherwise they are read before the update.
+        let defer =
+            !self.on_cpu && replicas.is_none() && self.config.batch.grad_cache_chunk.is_none();
+        let mut deferred = Vec::new();
         for (j, records) in group.iter().enumerate() {
             let mut batch = TrainBatch::new(
                 &self.records,
@@ -772,6 +811,18 @@ impl Trainer {
                 }
             }
             rows += batch.rows.len();
+            if defer {
+                let out = full_batch_pass(
+                    &self.encoder,
+                    &batch,
+                    &self.loss,
+                    self.config.batch.mask_duplicates,
+                    weight,
+                )?;
+                deferred.push(out.loss);
+                acc.accumulate(self.encoder.model(), out.grads);
+                continue;
+            }
             // One device without GradCache: one pass with a graph. Otherwise GradCache, over
             // the devices' replicas or the one encoder (`grad_cache_step` is that call).
             let out = match (&replicas, self.config.batch.grad_cache_chunk) {
@@ -802,14 +853,30 @@ impl Trainer {
             loss_sum += out.loss;
             acc.accumulate(self.encoder.model(), out.grads);
         }
-        let grads = acc.grads();
+        #[allow(unused_mut)]
+        let mut grads = acc.grads();
+        #[cfg(feature = "test-hooks")]
+        if self.poison_step == Some(step + 1) {
+            crate::optim::scale_grads(self.encoder.model(), &mut grads, f64::NAN);
+        }
         let start = std::time::Instant::now();
         // Clipping (torch's clip_grad_norm_): the optimizer multiplies each gradient by the
         // factor as it updates that tensor (the values of scaling them all first; on a GPU,
-        // no launch of its own).
-        if let Some(max) = self.config.optimizer.max_grad_norm {
-            let (_, factor) = clip_factor(self.encoder.model(), &grads, max);
-            self.step_handle.set_grad_scale(factor);
+        // no launch of its own, and the factor computed there from the norm, not read back).
+        let max_norm = self.config.optimizer.max_grad_norm;
+        let on_device = max_norm.and_then(|max| self.clip_on_device(&grads, max, &deferred));
+        if on_device.is_none() {
+            loss_sum += read_losses(std::mem::take(&mut deferred), step)?;
+            if let Some(max) = max_norm {
+                let (norm, factor) = clip_factor(self.encoder.model(), &grads, max);
+                if !norm.is_finite() {
+                    return Err(Error::NonFiniteGradients {
+                        step: step + 1,
+                        norm,
+                    });
+                }
+                self.step_handle.set_grad_scale(factor);
+            }
         }
         let clipped = start.elapsed();
         let lr = learning_rate(&self.config.optimizer, step, total);
@@ -818,14 +885,88 @@ impl Trainer {
         let model = self.optim.step(lr, model, grads);
         self.step_handle.finish_step();
         self.encoder.set_model(model);
-        log::debug!(
-            "optimizer step: gradients clipped in {:.1} ms (their norm read back), the update \
-             issued in {:.1} ms",
-            clipped.as_secs_f64() * 1e3,
-            (start.elapsed() - clipped).as_secs_f64() * 1e3
-        );
+        let issued = start.elapsed();
+        if let Some(total) = on_device {
+            // the losses, then the squares' total (guarded by them: finite when they are);
+            // where it is not finite the kernel did not take the step
+            loss_sum += read_losses(deferred, step)?;
+            let squares = f64::from(total.into_scalar::<f32>());
+            if !squares.is_finite() {
+                return Err(Error::NonFiniteGradients {
+                    step: step + 1,
+                    norm: squares.sqrt(),
+                });
+            }
+            log::debug!(
+                "optimizer step: gradients clipped in {:.1} ms, the update issued in {:.1} \
+                 ms, the losses and the norm read back after {:.1} ms more",
+                clipped.as_secs_f64() * 1e3,
+                (issued - clipped).as_secs_f64() * 1e3,
+                (start.elapsed() - issued).as_secs_f64() * 1e3
+            );
+        } else {
+            log::debug!(
+                "optimizer step: gradients clipped in {:.1} ms (their norm read back), the \
+                 update issued in {:.1} ms",
+                clipped.as_secs_f64() * 1e3,
+                (issued - clipped).as_secs_f64() * 1e3,
+            );
+        }
         Ok((loss_sum / group.len() as f32, rows))
     }
+
+    /// Hands the optimizer clipping to `max` with the norm left on the device, guarded by the
+    /// step's `losses` ([`crate::fused::DeviceClip::guard`]), when the encoder trains on a
+    /// cubecl device whose f32 atomics add (a tensor the update's kernel declines is clipped
+    /// by burn's ops, to the same effect); returns
+    /// the squares' total to read once the update is issued (`None` elsewhere: nothing done,
+    /// and the CPU reads the norm back as before).
+    #[cfg_attr(
+        not(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion"))),
+        allow(unused_variables, clippy::unused_self)
+    )]
+    fn clip_on_device(
+        &self,
+        grads: &burn::optim::GradientsParams,
+        max: f32,
+        losses: &[burn::tensor::Tensor<1>],
+    ) -> Option<burn::tensor::Tensor<1>> {
+        #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+        if !self.on_cpu
+            && let Some(clip) = crate::optim::device_clip(
+                self.encoder.model(),
+                grads,
+                max,
+                &self.encoder.device().clone().inner(),
+            )
+        {
+            let clip = clip.guard(losses);
+            let total = clip.total().clone();
+            self.step_handle.set_clip(clip);
+            #[cfg(feature = "test-hooks")]
+            self.device_clips
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Some(total);
+        }
+        None
+    }
+}
+
+/// The sum of a step's `losses` (`[1]` each, on the device), read back; the first that is NaN
+/// or infinite is an error naming the step (0-based `step`).
+fn read_losses(losses: Vec<burn::tensor::Tensor<1>>, step: usize) -> Result<f32> {
+    let mut sum = 0.0;
+    for loss in losses {
+        let value = loss.into_scalar::<f32>();
+        if !value.is_finite() {
+            return Err(Error::NonFinite {
+                step: step + 1,
+                value,
+            });
+        }
+        sum += value;
+    }
+    Ok(sum)
 }
 
 /// Texts per training pass: `batch.texts_per_pass` if set; else on the CPU the encoder's

@@ -16,8 +16,8 @@ use infembed_encoder::{DeviceSpec, MatmulRoutine, Precision};
 use infembed_encoder::{DualEncoder, DualEncoderModel, EncoderConfig, Interaction, QueryTemplate};
 use infembed_losses::{LossConfig, ObjectiveKind, Variable};
 use infembed_train::{
-    MinedSet, TrainBatch, TrainConfig, Trainer, clip_global_norm, full_batch_step, global_norm,
-    grad_cache_step, multi_device_step,
+    Error, MinedSet, TrainBatch, TrainConfig, Trainer, clip_global_norm, full_batch_step,
+    global_norm, grad_cache_step, multi_device_step,
 };
 
 fn tiny_bert() -> PathBuf {
@@ -754,6 +754,179 @@ fn a_training_step_on_wgpu_matches_the_cpu() {
     clip_global_norm(gpu.model(), &mut b, max);
     let diff = max_rel_diff(&grads_of(cpu.model(), &a), &grads_of(gpu.model(), &b));
     assert!(diff < 1e-5, "clipped gradients: relative difference {diff}");
+}
+
+/// The losses of a run's steps, from its `history.jsonl`.
+fn step_losses(output_dir: &Path) -> Vec<f64> {
+    std::fs::read_to_string(output_dir.join("history.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("step").is_some() && v.get("lr").is_some())
+        .map(|v| v["loss"].as_f64().unwrap())
+        .collect()
+}
+
+/// Runs of three steps on wgpu, whose steps issue the update before reading the losses back
+/// and clip with the norm left on the device (the factor computed by the update's kernel),
+/// end at the CPU runs' weights, through the same losses (a model without dropout; a bound
+/// far under the gradients' norm, so that the clipped gradients come near AdamW's epsilon,
+/// where the factor shows in every step): one batch a step, and two batches a step
+/// (`batch.accumulation = 2`, whose two losses are read after the update).
+#[test]
+fn a_run_on_wgpu_ends_at_the_cpu_runs_weights_through_its_losses() {
+    let _guard = rng_lock();
+    let Some(gpu) = wgpu("a_run_on_wgpu_ends_at_the_cpu_runs_weights_through_its_losses") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_bert_without_dropout(dir.path());
+    let start = weights_of(train_encoder_from(&model).model());
+    for accumulation in [1, 2] {
+        let run_on = |device: &Device, out: &str| {
+            let mut c = config(dir.path(), &format!("{out}-{accumulation}"));
+            c.model = model.clone();
+            // 7 records, 3 a batch: 3 batches an epoch, grouped in 3 steps or 2 (of two
+            // batches, then one)
+            c.epochs = 2;
+            c.max_steps = Some(3);
+            c.batch.accumulation = accumulation;
+            c.checkpoint.every_steps = None;
+            c.optimizer.max_grad_norm = Some(1e-5);
+            let output = c.output_dir.clone();
+            let mut t = Trainer::new(c, device).unwrap().quiet(true);
+            let s = t.run().unwrap();
+            assert_eq!(s.steps, 3);
+            (
+                weights_of(t.model()),
+                step_losses(&output),
+                t.device_clip_steps(),
+            )
+        };
+        let (cpu_weights, cpu_losses, cpu_clips) = run_on(&Device::flex(), "cpu");
+        let (gpu_weights, gpu_losses, gpu_clips) = run_on(&gpu, "wgpu");
+        assert_eq!(
+            (cpu_clips, gpu_clips),
+            (0, 3),
+            "steps clipped on the device"
+        );
+        assert_eq!(cpu_losses.len(), 3);
+        for (step, (a, b)) in cpu_losses.iter().zip(&gpu_losses).enumerate() {
+            assert!(
+                (a - b).abs() < 1e-4,
+                "accumulation {accumulation}, step {}: loss {a} on the CPU, {b} on wgpu",
+                step + 1
+            );
+        }
+        let diff = max_rel_diff(&cpu_weights, &gpu_weights);
+        eprintln!(
+            "accumulation {accumulation}: wgpu vs cpu weights after 3 clipped steps: \
+             relative difference {diff:e}"
+        );
+        assert!(
+            diff < 1e-4,
+            "accumulation {accumulation}: weights differ by {diff}"
+        );
+        assert!(
+            max_rel_diff(&start, &cpu_weights) > 1e-4,
+            "the weights did not move"
+        );
+    }
+}
+
+/// Runs `c` (one epoch, no checkpoints, clipping to 1) on the CPU and on wgpu, each to the error
+/// `is_expected` accepts at step 2 (the gradients made NaN there when `poison`), and checks
+/// that the weights kept are finite and those of a run of the first step alone. Returns the
+/// steps wgpu clipped with the norm left on the device.
+fn stops_at_step_2_keeping_the_weights_before(
+    test: &str,
+    dir: &Path,
+    adjust: impl Fn(&mut TrainConfig),
+    poison: bool,
+    is_expected: impl Fn(&Error) -> bool,
+) -> Option<usize> {
+    let model = tiny_bert_without_dropout(dir);
+    let run_on = |device: &Device, out: &str, steps: Option<usize>| {
+        let mut c = config(dir, out);
+        c.model = model.clone();
+        c.epochs = 1;
+        c.max_steps = steps;
+        c.checkpoint.every_steps = None;
+        c.optimizer.max_grad_norm = Some(1.0);
+        adjust(&mut c);
+        let mut t = Trainer::new(c, device).unwrap().quiet(true);
+        if poison && steps.is_none() {
+            t = t.poison_gradients_at(2);
+        }
+        let out = t.run();
+        (out, weights_of(t.model()), t.device_clip_steps())
+    };
+    let mut devices = vec![(Device::flex(), "cpu")];
+    devices.extend(wgpu(test).map(|d| (d, "wgpu")));
+    let mut clipped = None;
+    for (device, label) in devices {
+        let (one, after_one, _) = run_on(&device, &format!("{label}-1"), Some(1));
+        one.unwrap_or_else(|e| panic!("{label}: the first step: {e}"));
+        let (err, kept, clips) = run_on(&device, label, None);
+        match err {
+            Err(e) if is_expected(&e) => {}
+            other => panic!("{label}: {:?}", other.map(|s| s.steps)),
+        }
+        assert!(kept.iter().flatten().all(|w| w.is_finite()), "{label}");
+        let diff = max_rel_diff(&after_one, &kept);
+        assert!(diff < 1e-5, "{label}: the weights moved by {diff}");
+        if label == "wgpu" {
+            clipped = Some(clips);
+        }
+    }
+    clipped
+}
+
+/// A loss that is not finite stops the run with `Error::NonFinite` naming its step, and the
+/// weights stay those of the step before (finite): on the CPU, which reads the loss before
+/// the update, and on wgpu, which reads it after issuing the update when clipping computes its
+/// factor there, the update's kernel then leaving the weights as they were (the norm is not
+/// finite either). A learning rate of 1e30 sends the weights to about 1e30 in the first step,
+/// and the second step's forward pass past f32's range.
+#[test]
+fn a_loss_that_is_not_finite_stops_the_run_and_keeps_the_weights_before() {
+    let _guard = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let clipped = stops_at_step_2_keeping_the_weights_before(
+        "a_loss_that_is_not_finite_stops_the_run_and_keeps_the_weights_before",
+        dir.path(),
+        |c| {
+            c.optimizer.warmup_steps = Some(0);
+            c.optimizer.lr = 1e30;
+        },
+        false,
+        |e| matches!(e, Error::NonFinite { step: 2, .. }),
+    );
+    assert!(
+        clipped.is_none_or(|n| n == 2),
+        "wgpu clipped {clipped:?} steps on the device"
+    );
+}
+
+/// Gradients that are NaN under a finite loss (made so by a test hook at step 2) stop the run
+/// with `Error::NonFiniteGradients` naming the step, the weights those of the step before: the
+/// CPU finds the norm NaN before the update, wgpu after issuing it, the update's kernel having
+/// left the weights as they were.
+#[test]
+fn nan_gradients_under_a_finite_loss_stop_the_run_and_keep_the_weights_before() {
+    let _guard = rng_lock();
+    let dir = tempfile::tempdir().unwrap();
+    let clipped = stops_at_step_2_keeping_the_weights_before(
+        "nan_gradients_under_a_finite_loss_stop_the_run_and_keep_the_weights_before",
+        dir.path(),
+        |_| {},
+        true,
+        |e| matches!(e, Error::NonFiniteGradients { step: 2, norm } if norm.is_nan()),
+    );
+    assert!(
+        clipped.is_none_or(|n| n == 2),
+        "wgpu clipped {clipped:?} steps on the device"
+    );
 }
 
 /// A training step on wgpu with the linear layers' products through one of cubek's routines
