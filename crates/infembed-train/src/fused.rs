@@ -466,7 +466,8 @@ pub(crate) enum GradScale<'a> {
 /// [`AdamWUpdates`] computes torch's factor `min(max_norm / (norm + 1e-6), 1)` from the
 /// squares' total itself, so that no step waits for the norm to be read back. A step whose
 /// total is NaN or infinite (or whose losses are, once [`guard`](Self::guard)ed by them) is
-/// not taken: parameters and moments stay as they were (zero moments for a first step).
+/// not taken: parameters and moments stay as they were (zero moments for a first step; the
+/// state's step count still advances, the host not knowing: the trainer stops there).
 #[derive(Clone)]
 pub(crate) struct DeviceClip {
     /// The gradients' squares summed, `[1]`.
@@ -1156,8 +1157,11 @@ mod tests {
                     }
                 }
             }
-            // the parameters moved
+            // the parameters moved, and are finite
             assert!(max_rel_diff(&starts[2], &values(&cpu_params[2])) > 1e-4);
+            for q in &gpu_params {
+                assert!(values(q).iter().all(|x| x.is_finite()), "bound {bound}");
+            }
         }
 
         // guarded by finite losses, the total is unchanged, to the bit

@@ -558,6 +558,7 @@ mod tests {
             read_handle.finish_step();
             kept_handle.finish_step();
             for (la, lb) in a.iter().zip(&b) {
+                assert!(weights(lb).iter().all(|w| w.is_finite()), "bound {max}");
                 let diff = infembed_testkit::max_rel_diff(&weights(la), &weights(lb));
                 assert!(diff < 1e-5, "bound {max}: relative difference {diff}");
             }

@@ -131,9 +131,10 @@ pub struct Trainer {
     /// Optimizer steps clipped with the norm left on the device (test hook).
     #[cfg(feature = "test-hooks")]
     device_clips: std::sync::atomic::AtomicUsize,
-    /// The optimizer step (1-based) whose gradients are made NaN (test hook).
+    /// The optimizer step (1-based) whose gradients, or whose losses alone, are made NaN
+    /// (test hook).
     #[cfg(feature = "test-hooks")]
-    poison_step: Option<usize>,
+    poison_step: Option<(usize, Poisoned)>,
     loss: ContrastiveLoss,
     needs_instructions: bool,
     state: TrainState,
@@ -572,8 +573,27 @@ impl Trainer {
     #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn poison_gradients_at(mut self, step: usize) -> Self {
-        self.poison_step = Some(step);
+        self.poison_step = Some((step, Poisoned::Gradients));
         self
+    }
+
+    /// Test hook (the `test-hooks` feature): the losses of optimizer step `step` (1-based)
+    /// are made NaN, the gradients left as they are.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn poison_loss_at(mut self, step: usize) -> Self {
+        self.poison_step = Some((step, Poisoned::Loss));
+        self
+    }
+
+    /// Whether the test hooks make `what` of optimizer step `step` (0-based) NaN.
+    #[allow(unused_variables, clippy::unused_self)]
+    fn poisoned(&self, step: usize, what: Poisoned) -> bool {
+        #[cfg(feature = "test-hooks")]
+        if self.poison_step == Some((step + 1, what)) {
+            return true;
+        }
+        false
     }
 
     fn run_inner(&mut self, stop_after: Option<usize>) -> Result<TrainSummary> {
@@ -819,7 +839,11 @@ impl Trainer {
                     self.config.batch.mask_duplicates,
                     weight,
                 )?;
-                deferred.push(out.loss);
+                deferred.push(if self.poisoned(step, Poisoned::Loss) {
+                    out.loss.mul_scalar(f32::NAN)
+                } else {
+                    out.loss
+                });
                 acc.accumulate(self.encoder.model(), out.grads);
                 continue;
             }
@@ -844,19 +868,22 @@ impl Trainer {
                     chunk,
                 )?,
             };
-            if !out.loss.is_finite() {
+            let loss = if self.poisoned(step, Poisoned::Loss) {
+                f32::NAN
+            } else {
+                out.loss
+            };
+            if !loss.is_finite() {
                 return Err(Error::NonFinite {
                     step: step + 1,
-                    value: out.loss,
+                    value: loss,
                 });
             }
-            loss_sum += out.loss;
+            loss_sum += loss;
             acc.accumulate(self.encoder.model(), out.grads);
         }
-        #[allow(unused_mut)]
         let mut grads = acc.grads();
-        #[cfg(feature = "test-hooks")]
-        if self.poison_step == Some(step + 1) {
+        if self.poisoned(step, Poisoned::Gradients) {
             crate::optim::scale_grads(self.encoder.model(), &mut grads, f64::NAN);
         }
         let start = std::time::Instant::now();
@@ -950,6 +977,13 @@ impl Trainer {
         }
         None
     }
+}
+
+/// What a test hook makes NaN ([`Trainer::poison_gradients_at`], `poison_loss_at`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Poisoned {
+    Gradients,
+    Loss,
 }
 
 /// The sum of a step's `losses` (`[1]` each, on the device), read back; the first that is NaN
