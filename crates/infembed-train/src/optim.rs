@@ -292,6 +292,18 @@ impl SquaredNorm<'_> {
             None => s,
         });
     }
+
+    /// The device's total once the visit is over, the gradients waiting for it summed into it
+    /// eight a launch, the ones its kernel does not take through burn's ops (into `sum`);
+    /// `None` without a device total.
+    #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
+    fn device_total(&mut self) -> Option<crate::fused::SquareTotal> {
+        let total = self.device_total.take().flatten()?;
+        for g in total.add_all(std::mem::take(&mut self.pending)) {
+            self.add_with_burn(g);
+        }
+        Some(total)
+    }
 }
 
 impl ModuleVisitor for SquaredNorm<'_> {
@@ -338,15 +350,10 @@ pub fn global_norm<M: Module>(module: &M, grads: &GradientsParams) -> f64 {
     };
     module.visit(&mut v);
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-    if let Some(Some(total)) = &v.device_total {
-        // eight gradients a launch; the ones the kernel does not take go to burn's ops
-        for g in total.add_all(std::mem::take(&mut v.pending)) {
-            v.add_with_burn(g);
-        }
-    }
+    let device = v.device_total();
     let sum = v.sum.map_or(0.0, |s| f64::from(s.into_scalar::<f32>()));
     #[cfg(all(any(feature = "wgpu", feature = "cuda"), not(feature = "fusion")))]
-    let sum = sum + v.device_total.flatten().map_or(0.0, |t| t.read());
+    let sum = sum + device.map_or(0.0, |t| t.read());
     // NaN stays NaN (`max` would make it 0)
     if sum.is_nan() {
         sum
@@ -402,11 +409,7 @@ pub(crate) fn device_clip<M: Module>(
         pending: Vec::new(),
     };
     module.visit(&mut v);
-    let total = v.device_total.take().flatten()?;
-    // eight gradients a launch; the ones the kernel does not take go to burn's ops
-    for g in total.add_all(std::mem::take(&mut v.pending)) {
-        v.add_with_burn(g);
-    }
+    let total = v.device_total()?;
     Some(total.into_clip(v.sum, max_norm))
 }
 
